@@ -1,0 +1,315 @@
+"""Frozen domain types shared by the core, the simulator and the live controller.
+
+Amounts are integers in milli-units (GPU and CPU) and MiB (memory), so that quota sums are exact;
+`Resources.of()` takes the config's units (whole GPUs, cores, GiB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from federation import schema
+
+# A quota dimension with no limit. Large enough never to bind, small enough to add safely.
+UNLIMITED = 1 << 60
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @staticmethod
+    def of(gpu: float = 0, cpu: float = 0, memory_gib: float = 0) -> Resources:
+        return Resources(round(gpu * 1000), round(cpu * 1000), round(memory_gib * 1024))
+
+    @staticmethod
+    def unlimited() -> Resources:
+        return Resources(UNLIMITED, UNLIMITED, UNLIMITED)
+
+    def __add__(self, o: Resources) -> Resources:
+        return Resources(self.gpu_milli + o.gpu_milli, self.cpu_milli + o.cpu_milli, self.memory_mib + o.memory_mib)
+
+    def __sub__(self, o: Resources) -> Resources:
+        return Resources(self.gpu_milli - o.gpu_milli, self.cpu_milli - o.cpu_milli, self.memory_mib - o.memory_mib)
+
+    def times(self, n: int) -> Resources:
+        return Resources(self.gpu_milli * n, self.cpu_milli * n, self.memory_mib * n)
+
+    def fits_in(self, o: Resources) -> bool:
+        return self.gpu_milli <= o.gpu_milli and self.cpu_milli <= o.cpu_milli and self.memory_mib <= o.memory_mib
+
+    def max(self, o: Resources) -> Resources:
+        return Resources(max(self.gpu_milli, o.gpu_milli), max(self.cpu_milli, o.cpu_milli), max(self.memory_mib, o.memory_mib))
+
+    def min(self, o: Resources) -> Resources:
+        return Resources(min(self.gpu_milli, o.gpu_milli), min(self.cpu_milli, o.cpu_milli), min(self.memory_mib, o.memory_mib))
+
+    def clip0(self) -> Resources:
+        return self.max(Resources())
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.gpu_milli, self.cpu_milli, self.memory_mib)
+
+    @property
+    def gpu(self) -> float:
+        return self.gpu_milli / 1000
+
+    def to_dict(self) -> dict[str, float | None]:
+        """Config units; `None` for an unlimited dimension."""
+
+        def unit(v: int, scale: int) -> float | None:
+            return None if v >= UNLIMITED // 2 else v / scale
+
+        return {"gpu": unit(self.gpu_milli, 1000), "cpu": unit(self.cpu_milli, 1000), "memory_gib": unit(self.memory_mib, 1024)}
+
+    def __str__(self) -> str:
+        parts = []
+        for key, v in self.to_dict().items():
+            parts.append(f"{key}={'unlimited' if v is None else f'{v:g}'}")
+        return " ".join(parts)
+
+
+RESOURCE_NAMES = ("gpu", "cpu", "memory_gib")
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool = True
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    site: str
+    gpu_model: str | None
+    gpus_per_node: int
+    node_resources: Resources  # what one node offers
+    count: int  # fixed nodes (IDC); 0 for cloud groups, which scale between min_nodes and max_nodes
+    min_nodes: int = 0
+    max_nodes: int = 0
+    spot: bool = False
+    price_usd_per_hour: float = 0.0
+    fallback: str | None = None
+    boot_s: float = 0.0
+    spot_interruptions_per_hour: float = 0.0
+    racks: int = 1
+    mig_enabled: bool = False
+    instance_type: str | None = None
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_nodes > 0
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    kind: str  # idc | aws | gcp | local | simulated
+    ray_address: str | None
+    provider: schema.KubernetesProvider | schema.AwsProvider | schema.GcpProvider | schema.LocalProvider | schema.SimulatedProvider | None
+    node_groups: tuple[NodeGroup, ...]
+
+    @property
+    def is_cloud(self) -> bool:
+        return any(g.elastic for g in self.node_groups)
+
+    def node_group(self, name: str) -> NodeGroup:
+        for g in self.node_groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Queue:
+    """One node of the queue tree (see `federation.quota` for the semantics)."""
+
+    name: str
+    parent: str | None
+    guarantee: Resources
+    deserved: Resources
+    capability: Resources
+    borrowing_limit: Resources
+    lending_limit: Resources
+    weight: float = 1.0
+    sites: tuple[str, ...] | None = None  # None: every site
+    burst: bool = False
+
+
+@dataclass(frozen=True)
+class Federation:
+    """A loaded, validated federation config."""
+
+    name: str
+    timezone: str
+    api: schema.ApiSection
+    gpu_models: dict[str, object]
+    priority_classes: tuple[PriorityClass, ...]
+    sites: tuple[Site, ...]
+    queues: tuple[Queue, ...]
+    policies: schema.PoliciesSection
+    source: str = "<memory>"
+
+    def site(self, name: str) -> Site:
+        for s in self.sites:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def queue(self, name: str) -> Queue:
+        for q in self.queues:
+            if q.name == name:
+                return q
+        raise KeyError(name)
+
+    @property
+    def default_priority(self) -> PriorityClass:
+        for p in self.priority_classes:
+            if p.default:
+                return p
+        return self.priority_classes[0]
+
+    def priority_class(self, name: str | None) -> PriorityClass:
+        if name is None:
+            return self.default_priority
+        for p in self.priority_classes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def leaf_queues(self) -> tuple[str, ...]:
+        parents = {q.parent for q in self.queues}
+        return tuple(q.name for q in self.queues if q.name not in parents)
+
+
+# ---- cluster state and jobs -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node that can hold work, with its total capacity."""
+
+    name: str
+    site: str
+    node_group: str
+    gpu_model: str | None
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    rack: str = "rack-0"
+    schedulable: bool = True  # False while cordoned (draining, MIG reconfiguration)
+    mig_layout: tuple[tuple[str, int], ...] = ()  # (profile, start) per instance when MIG is on
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a job asks for. `tasks` is the gang size; all tasks are alike."""
+
+    id: str
+    queue: str
+    tasks: int
+    per_task: Resources
+    submit_s: float
+    priority: int = 100
+    priority_class: str = "normal"
+    preemptible: bool = True
+    gpu_models: tuple[str, ...] = ()  # empty: any model
+    mig_profile: str | None = None
+    min_tasks: int | None = None  # elastic gangs start with at least this many
+    kind: str | None = None
+
+    @property
+    def whole_gpus_per_task(self) -> int:
+        return self.per_task.gpu_milli // 1000 if self.per_task.gpu_milli >= 1000 else 0
+
+    @property
+    def shares_gpu(self) -> bool:
+        return 0 < self.per_task.gpu_milli < 1000 and self.mig_profile is None
+
+    def request(self, tasks: int | None = None) -> Resources:
+        return self.per_task.times(self.tasks if tasks is None else tasks)
+
+
+@dataclass(frozen=True)
+class TaskPlacement:
+    node: str
+    gpus: tuple[int, ...] = ()  # GPU indices on the node
+    gpu_milli: int | None = None  # set for a GPU-sharing task (on the single GPU in `gpus`)
+    mig: tuple[int, str, int] | None = None  # (gpu index, profile, start slice)
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    spec: JobSpec
+    site: str
+    placements: tuple[TaskPlacement, ...]
+    started_s: float
+    preempting: bool = False  # a preemption was decided; the job is within its grace
+
+    @property
+    def tasks(self) -> int:
+        return len(self.placements)
+
+    @property
+    def usage(self) -> Resources:
+        return self.spec.per_task.times(self.tasks)
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    """Why a job is not admitted, with the numbers behind it (in the spirit of Kueue KEP-10852)."""
+
+    code: str  # ExceedsCapability | WaitingForQuota | NoFeasibleNode | WaitingForCapacity | ...
+    message: str
+    needs: Resources = Resources()
+    free: Resources | None = None
+
+    def to_dict(self) -> dict:
+        d: dict = {"code": self.code, "message": self.message, "needs": self.needs.to_dict()}
+        if self.free is not None:
+            d["free"] = self.free.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class Admission:
+    job_id: str
+    site: str
+    placements: tuple[TaskPlacement, ...]
+    borrowing: bool = False
+
+
+@dataclass(frozen=True)
+class Preemption:
+    job_id: str
+    reason: str  # Reclaim | Priority | QuotaShrink
+    for_job: str | None = None
+
+
+@dataclass(frozen=True)
+class CapacityRequest:
+    """A gang that no current node set fits, for the burst policy to consider."""
+
+    job_id: str
+    queue: str
+    tasks: int
+    per_task: Resources
+    gpu_models: tuple[str, ...]
+    waiting_since_s: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    capacity_requests: tuple[CapacityRequest, ...] = ()
+    pending: dict[str, PendingReason] = field(default_factory=dict)
+    reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job id -> reserved nodes

@@ -1,0 +1,221 @@
+"""The federation config file's schema: pydantic models, `extra="forbid"` and frozen at every level.
+
+These classes say what the YAML may contain. `federation.config.load()` validates a file against
+them, runs the cross-field checks, and turns the result into the domain types of
+`federation.model`; nothing outside the loader handles raw YAML.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+
+NonNegInt = Annotated[int, Field(ge=0)]
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourceMap(Strict):
+    """A resource amount. Which missing keys mean 0 and which mean "no limit" depends on the field."""
+
+    gpu: NonNegativeFloat | None = None
+    cpu: NonNegativeFloat | None = None
+    memory_gib: NonNegativeFloat | None = None
+
+
+class FederationSection(Strict):
+    name: Name
+    timezone: str = "UTC"
+
+
+class ApiSection(Strict):
+    listen: str = "127.0.0.1:8266"
+    tokens_file: str | None = None
+
+
+class PriorityClassSpec(Strict):
+    name: Name
+    value: int
+    preemptible: bool = True
+    default: bool = False
+
+
+class GpuModelSpec(Strict):
+    name: Name
+    memory_gib: NonNegativeFloat
+    mig: bool = False
+
+
+class MigSetting(Strict):
+    enabled: bool = False
+
+
+class NodeGroupSpec(Strict):
+    name: Name
+    gpu_model: str | None = None  # None: a CPU-only node group
+    gpus_per_node: NonNegInt = 0
+    cpus_per_node: NonNegativeFloat
+    memory_gib_per_node: NonNegativeFloat
+    count: NonNegInt | None = None  # fixed nodes (IDC); cloud groups use min_nodes / max_nodes
+    min_nodes: NonNegInt | None = None
+    max_nodes: NonNegInt | None = None
+    instance_type: str | None = None
+    machine_type: str | None = None
+    spot: bool = False
+    price_usd_per_hour: NonNegativeFloat = 0.0
+    fallback: str | None = None
+    boot_s: NonNegativeFloat = 0.0
+    spot_interruptions_per_hour: NonNegativeFloat = 0.0
+    rack_label: str | None = None
+    racks: PositiveInt = 1  # fixed nodes are spread over this many racks (for topology)
+    mig: MigSetting = MigSetting()
+
+
+class KubernetesProvider(Strict):
+    kind: Literal["kubernetes"]
+    kubeconfig: str | None = None
+    host: str | None = None
+    node_selector: str | None = None
+
+
+class AwsProvider(Strict):
+    kind: Literal["aws"]
+    region: str
+    subnet_ids: list[str] = []
+    launch_template: str | None = None
+    endpoint_url: str | None = None
+    terraform_dir: str | None = None
+
+
+class GcpProvider(Strict):
+    kind: Literal["gcp"]
+    project: str
+    zones: list[str] = Field(min_length=1)
+    api_endpoint: str | None = None
+    terraform_dir: str | None = None
+
+
+class LocalProvider(Strict):
+    """Nodes that are Ray processes on this machine (IDC) or started on demand (burst)."""
+
+    kind: Literal["local"]
+    start_delay_s: NonNegativeFloat = 0.0
+
+
+class SimulatedProvider(Strict):
+    kind: Literal["simulated"]
+    failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+
+
+Provider = Annotated[
+    KubernetesProvider | AwsProvider | GcpProvider | LocalProvider | SimulatedProvider,
+    Field(discriminator="kind"),
+]
+
+
+class SiteSpec(Strict):
+    name: Name
+    kind: Literal["idc", "aws", "gcp", "local", "simulated"]
+    ray_address: str | None = None
+    provider: Provider | None = None
+    node_groups: list[NodeGroupSpec] = Field(min_length=1)
+
+
+class QueueSpec(Strict):
+    name: Name
+    parent: str | None = None
+    guarantee: ResourceMap = ResourceMap()
+    deserved: ResourceMap = ResourceMap()
+    capability: ResourceMap = ResourceMap()
+    borrowing_limit: ResourceMap = ResourceMap()
+    lending_limit: ResourceMap = ResourceMap()
+    weight: Annotated[float, Field(gt=0)] = 1.0
+    sites: list[str] | None = None
+    burst: bool = False
+
+
+class PlacementPolicy(Strict):
+    strategy: Literal["fragmentation-aware", "bestfit", "binpack", "spread"] = "fragmentation-aware"
+    gang_topology: Literal["prefer-same-rack", "require-same-rack", "any"] = "prefer-same-rack"
+
+
+class PreemptionPolicy(Strict):
+    reclaim: bool = True
+    grace_s: NonNegativeFloat = 120.0
+    max_victims_per_cycle: PositiveInt = 16
+
+
+class BurstPolicy(Strict):
+    enabled: bool = False
+    pending_wait_s: NonNegativeFloat = 600.0
+    budget_usd_per_hour: NonNegativeFloat = 0.0
+    budget_usd_per_month: NonNegativeFloat | None = None
+    scale_in_idle_s: NonNegativeFloat = 900.0
+    provisioning_timeout_s: NonNegativeFloat = 1200.0
+    order: Literal["cheapest", "listed"] = "cheapest"
+
+
+class QueueOverride(Strict):
+    guarantee: ResourceMap | None = None
+    deserved: ResourceMap | None = None
+    capability: ResourceMap | None = None
+    borrowing_limit: ResourceMap | None = None
+    lending_limit: ResourceMap | None = None
+
+
+class BurstOverride(Strict):
+    enabled: bool | None = None
+    budget_usd_per_hour: NonNegativeFloat | None = None
+
+
+class MigTarget(Strict):
+    layout: str
+    gpus: NonNegInt
+
+
+class Window(Strict):
+    days: list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]] | None = None
+    start: str
+    end: str
+
+
+class Forecast(Strict):
+    history_days: PositiveInt = 14
+    lead_s: NonNegativeFloat = 900.0
+
+
+class TidalPolicy(Strict):
+    name: Name
+    window: Window | None = None
+    forecast: Forecast | None = None
+    queues: dict[str, QueueOverride] = {}
+    mig: dict[str, dict[str, MigTarget]] = {}
+    burst: BurstOverride | None = None
+
+
+class MigPolicy(Strict):
+    layouts: dict[str, dict[str, PositiveInt]] = {}
+    warm_pool: dict[str, dict[str, NonNegInt]] = {}
+    reconfigure_drain_s: NonNegativeFloat = 300.0
+
+
+class PoliciesSection(Strict):
+    placement: PlacementPolicy = PlacementPolicy()
+    preemption: PreemptionPolicy = PreemptionPolicy()
+    burst: BurstPolicy = BurstPolicy()
+    tidal: list[TidalPolicy] = []
+    mig: MigPolicy = MigPolicy()
+
+
+class FederationSpec(Strict):
+    federation: FederationSection
+    api: ApiSection = ApiSection()
+    gpu_models: list[GpuModelSpec] = []
+    priority_classes: list[PriorityClassSpec] = [PriorityClassSpec(name="normal", value=100, default=True)]
+    sites: list[SiteSpec] = Field(min_length=1)
+    queues: list[QueueSpec] = Field(min_length=1)
+    policies: PoliciesSection = PoliciesSection()

@@ -1,0 +1,269 @@
+"""Cross-field checks of a schema-valid config. Each problem is (path into the YAML, message).
+
+The file is judged alone: nothing here contacts a site or opens the files a config points to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from federation import schema
+from federation.gpus import BUILTIN_GPU_MODELS
+from federation.mig.catalog import CATALOG as MIG_CATALOG
+from federation.mig.catalog import pack
+
+Issue = tuple[tuple, str]
+KEYS = ("gpu", "cpu", "memory_gib")
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$|^24:00$")
+# Provider kinds each site kind accepts.
+_PROVIDERS = {
+    "idc": {"kubernetes", "local", "simulated"},
+    "aws": {"aws", "simulated"},
+    "gcp": {"gcp", "simulated"},
+    "local": {"local"},
+    "simulated": {"simulated"},
+}
+
+
+def parse_hhmm(text: str) -> int | None:
+    """Minutes since midnight for "HH:MM" ("24:00" allowed as an end), else None."""
+    if not _HHMM.match(text):
+        return None
+    h, m = text.split(":")
+    return int(h) * 60 + int(m)
+
+
+def apply_override(q: schema.QueueSpec, o: schema.QueueOverride) -> schema.QueueSpec:
+    """The queue as a tidal window sets it: each field the override gives replaces the queue's."""
+    return q.model_copy(update={k: getattr(o, k) for k in type(o).model_fields if getattr(o, k) is not None})
+
+
+def _dup_names(items: list, path: tuple) -> list[Issue]:
+    counts = Counter(i.name for i in items)
+    return [((*path, n), f"name {i.name!r} is used more than once") for n, i in enumerate(items) if counts[i.name] > 1]
+
+
+def _amount(m: schema.ResourceMap | None, key: str) -> float:
+    return (getattr(m, key) if m is not None else None) or 0.0
+
+
+def _limit(m: schema.ResourceMap | None, key: str) -> float:
+    v = getattr(m, key) if m is not None else None
+    return float("inf") if v is None else v
+
+
+def check_semantics(spec: schema.FederationSpec) -> list[Issue]:
+    issues: list[Issue] = []
+    try:
+        ZoneInfo(spec.federation.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        issues.append((("federation", "timezone"), f"unknown time zone {spec.federation.timezone!r}; use an IANA name such as Asia/Shanghai"))
+    issues += _check_models_and_priorities(spec)
+    issues += _check_sites(spec)
+    issues += _check_queues(spec, {q.name: q for q in spec.queues}, ("queues",))
+    issues += _check_policies(spec)
+    return issues
+
+
+def _models(spec: schema.FederationSpec) -> dict[str, bool]:
+    """GPU model name -> supports MIG."""
+    known = {name: m.mig for name, m in BUILTIN_GPU_MODELS.items()}
+    known.update({m.name: m.mig for m in spec.gpu_models})
+    return known
+
+
+def _check_models_and_priorities(spec: schema.FederationSpec) -> list[Issue]:
+    issues = _dup_names(spec.gpu_models, ("gpu_models",))
+    for i, m in enumerate(spec.gpu_models):
+        if m.mig and m.name not in MIG_CATALOG:
+            issues.append((("gpu_models", i, "mig"), f"MIG profiles are known only for {sorted(MIG_CATALOG)}; set mig: false"))
+    issues += _dup_names(spec.priority_classes, ("priority_classes",))
+    defaults = [i for i, p in enumerate(spec.priority_classes) if p.default]
+    if len(defaults) > 1:
+        issues.append((("priority_classes", defaults[1], "default"), "only one priority class may be the default"))
+    if not spec.priority_classes:
+        issues.append((("priority_classes",), "at least one priority class is needed"))
+    return issues
+
+
+def _check_sites(spec: schema.FederationSpec) -> list[Issue]:
+    models = _models(spec)
+    issues = _dup_names(spec.sites, ("sites",))
+    for si, site in enumerate(spec.sites):
+        at = ("sites", si)
+        if site.provider is not None and site.provider.kind not in _PROVIDERS[site.kind]:
+            issues.append(((*at, "provider", "kind"), f"a {site.kind} site takes a provider of kind {sorted(_PROVIDERS[site.kind])}"))
+        issues += _dup_names(site.node_groups, (*at, "node_groups"))
+        names = {g.name for g in site.node_groups}
+        for gi, g in enumerate(site.node_groups):
+            gat = (*at, "node_groups", gi)
+            if g.gpus_per_node > 0 and g.gpu_model is None:
+                issues.append(((*gat, "gpu_model"), "a node group with GPUs needs gpu_model"))
+            if g.gpu_model is not None and g.gpu_model not in models:
+                issues.append(((*gat, "gpu_model"), f"unknown GPU model {g.gpu_model!r}; use one of {sorted(models)} or declare it under gpu_models:"))
+            elif g.mig.enabled and not models.get(g.gpu_model or "", False):
+                issues.append(((*gat, "mig", "enabled"), f"{g.gpu_model} does not support MIG"))
+            if g.fallback is not None and (g.fallback not in names or g.fallback == g.name):
+                issues.append(((*gat, "fallback"), f"fallback {g.fallback!r} is not another node group of site {site.name!r}"))
+            elastic = g.max_nodes is not None
+            if g.count is not None and elastic:
+                issues.append(((*gat, "count"), "give either count (fixed nodes) or min_nodes/max_nodes (elastic), not both"))
+            if g.count is None and not elastic:
+                issues.append((gat, "give count (fixed nodes) or max_nodes (elastic cloud capacity)"))
+            if elastic and (g.min_nodes or 0) > (g.max_nodes or 0):
+                issues.append(((*gat, "min_nodes"), f"min_nodes {g.min_nodes} is above max_nodes {g.max_nodes}"))
+            if g.min_nodes is not None and not elastic:
+                issues.append(((*gat, "min_nodes"), "min_nodes needs max_nodes"))
+    return issues
+
+
+def _check_quota_rules(q: schema.QueueSpec, at: tuple, g: schema.ResourceMap | None, d: schema.ResourceMap | None, c: schema.ResourceMap | None, has_children: bool) -> list[Issue]:
+    issues = []
+    for key in KEYS:
+        gv, cv = _amount(g, key), _limit(c, key)
+        dv = getattr(d, key) if d is not None else None
+        if dv is not None and gv > dv:
+            issues.append(((*at, "guarantee", key), f"guarantee {gv:g} is above deserved {dv:g}"))
+        if dv is not None and dv > cv:
+            issues.append(((*at, "deserved", key), f"deserved {dv:g} is above capability {cv:g}"))
+        if gv > cv:
+            issues.append(((*at, "guarantee", key), f"guarantee {gv:g} is above capability {cv:g}"))
+        if dv is None and gv > 0 and not has_children:
+            issues.append(((*at, "deserved", key), f"guarantee {gv:g} needs a deserved of at least as much"))
+    return issues
+
+
+def _check_queues(spec: schema.FederationSpec, effective: dict[str, schema.QueueSpec], at: tuple, window: str = "") -> list[Issue]:
+    """Queue rules over `effective` (the configured queues, or the queues as a tidal window sets them)."""
+    suffix = f" during window {window!r}" if window else ""
+    issues: list[Issue] = [] if window else _dup_names(spec.queues, at)
+    sites = {s.name for s in spec.sites}
+    index = {q.name: i for i, q in enumerate(spec.queues)}
+    children: dict[str, list[str]] = {}
+    for q in spec.queues:
+        if q.parent is not None:
+            children.setdefault(q.parent, []).append(q.name)
+    for qi, q in enumerate(spec.queues):
+        e = effective[q.name]
+        qat = (*at, qi) if not window else (*at, q.name)
+        touched = e is not q or any(effective[c] is not spec.queues[index[c]] for c in children.get(q.name, []))
+        if window and not touched:
+            continue  # the configured values were checked already
+        if not window:
+            if q.parent is not None and q.parent not in index:
+                issues.append(((*qat, "parent"), f"unknown parent queue {q.parent!r}"))
+            for si, s in enumerate(q.sites or []):
+                if s not in sites:
+                    issues.append(((*qat, "sites", si), f"unknown site {s!r}; sites are {sorted(sites)}"))
+        issues += [(p, m + suffix) for p, m in _check_quota_rules(q, qat, e.guarantee, e.deserved, e.capability, q.name in children)]
+        kids = [effective[c] for c in children.get(q.name, [])]
+        for key in KEYS:
+            if not kids:
+                break
+            total_g = sum(_amount(k.guarantee, key) for k in kids)
+            if total_g > _amount(e.guarantee, key):
+                issues.append(((*qat, "guarantee", key), f"the children's guarantees sum to {total_g:g}, above this queue's {_amount(e.guarantee, key):g}{suffix}"))
+            own_d = getattr(e.deserved, key)
+            total_d = sum(_amount(k.deserved, key) for k in kids)
+            if own_d is not None and total_d > own_d:
+                issues.append(((*qat, "deserved", key), f"the children's deserved sum to {total_d:g}, above this queue's {own_d:g}{suffix}"))
+    if not window:
+        issues += _check_cycles(spec, at)
+    return issues
+
+
+def _check_cycles(spec: schema.FederationSpec, at: tuple) -> list[Issue]:
+    parent = {q.name: q.parent for q in spec.queues}
+    issues = []
+    for qi, q in enumerate(spec.queues):
+        seen, cur = {q.name}, q.parent
+        while cur is not None and cur in parent:
+            if cur in seen:
+                issues.append(((*at, qi, "parent"), f"queue {q.name!r} is its own ancestor"))
+                break
+            seen.add(cur)
+            cur = parent[cur]
+    return issues
+
+
+def _check_policies(spec: schema.FederationSpec) -> list[Issue]:
+    issues: list[Issue] = []
+    pol = spec.policies
+    sites = {s.name: s for s in spec.sites}
+    models = _models(spec)
+    layouts = pol.mig.layouts
+    issues += _dup_names(pol.tidal, ("policies", "tidal"))
+
+    def layout_fits(name: str, gpu_model: str | None, path: tuple) -> None:
+        spec_ = MIG_CATALOG.get(gpu_model or "")
+        if spec_ is None:
+            return
+        counts = layouts[name]
+        missing = [p for p in counts if p not in spec_.profiles]
+        if missing:
+            issues.append((path, f"layout {name!r} uses {missing}, which {gpu_model} does not have (it has {sorted(spec_.profiles)})"))
+        elif pack(spec_, counts) is None:
+            issues.append((path, f"layout {name!r} ({counts}) does not fit on one {gpu_model}"))
+
+    for lname, counts in layouts.items():
+        known = set().union(*(s.profiles for s in MIG_CATALOG.values()))
+        for prof in counts:
+            if prof not in known:
+                issues.append((("policies", "mig", "layouts", lname, prof), f"unknown MIG profile {prof!r}"))
+    for sname, profiles in pol.mig.warm_pool.items():
+        at = ("policies", "mig", "warm_pool", sname)
+        if sname not in sites:
+            issues.append((at, f"unknown site {sname!r}"))
+            continue
+        offered = set()
+        for g in sites[sname].node_groups:
+            if g.mig.enabled and g.gpu_model in MIG_CATALOG:
+                offered |= set(MIG_CATALOG[g.gpu_model].profiles)
+        for prof in profiles:
+            if prof not in offered:
+                issues.append(((*at, prof), f"no MIG-enabled node group of site {sname!r} offers {prof!r}"))
+    for ti, t in enumerate(pol.tidal):
+        at = ("policies", "tidal", ti)
+        if t.window is None and t.forecast is None:
+            issues.append((at, "a tidal policy needs a window or a forecast"))
+        if t.window is not None:
+            for key in ("start", "end"):
+                v = getattr(t.window, key)
+                if parse_hhmm(v) is None or (key == "start" and v == "24:00"):
+                    issues.append(((*at, "window", key), f"time {v!r} does not parse; write HH:MM (00:00-23:59)"))
+            if t.window.start == t.window.end:
+                issues.append(((*at, "window", "end"), "a window's start and end must differ"))
+        if t.forecast is not None and (t.queues or t.mig or t.burst):
+            issues.append(((*at, "forecast"), "a forecast policy pre-warms capacity; give quota, MIG and burst overrides in a window policy"))
+        unknown = [n for n in t.queues if n not in {q.name for q in spec.queues}]
+        for n in unknown:
+            issues.append(((*at, "queues", n), f"unknown queue {n!r}"))
+        if t.queues and not unknown:
+            effective = {}
+            for q in spec.queues:
+                o = t.queues.get(q.name)
+                effective[q.name] = q if o is None else apply_override(q, o)
+            issues += _check_queues(spec, effective, (*at, "queues"), window=t.name)
+        for sname, groups in t.mig.items():
+            sat = (*at, "mig", sname)
+            if sname not in sites:
+                issues.append((sat, f"unknown site {sname!r}"))
+                continue
+            by_name = {g.name: g for g in sites[sname].node_groups}
+            for gname, target in groups.items():
+                gat = (*sat, gname)
+                g = by_name.get(gname)
+                if g is None:
+                    issues.append((gat, f"site {sname!r} has no node group {gname!r}"))
+                elif not g.mig.enabled or not models.get(g.gpu_model or "", False):
+                    issues.append((gat, f"node group {gname!r} does not have MIG enabled"))
+                elif target.layout not in layouts:
+                    issues.append(((*gat, "layout"), f"unknown layout {target.layout!r}; define it under policies.mig.layouts"))
+                else:
+                    layout_fits(target.layout, g.gpu_model, (*gat, "layout"))
+                    total = (g.count or g.max_nodes or 0) * g.gpus_per_node
+                    if target.gpus > total:
+                        issues.append(((*gat, "gpus"), f"{target.gpus} GPUs asked, the node group has {total}"))
+    return issues
