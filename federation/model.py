@@ -73,7 +73,7 @@ class Resources:
         return " ".join(parts)
 
 
-RESOURCE_NAMES = ("gpu", "cpu", "memory_gib")
+ZERO = Resources()
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class Queue:
     burst: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per loaded file
 class Federation:
     """A loaded, validated federation config."""
 

@@ -1,0 +1,153 @@
+"""Free capacity of every node during one scheduling cycle, indexed so placement stays fast.
+
+Nodes with the same free state are interchangeable for placement, so they are grouped by a
+signature (site, GPU model, rack, free milli-GPU per GPU, free CPU and memory, free MIG
+instances); a strategy scores one node per signature instead of every node. The state is
+mutable and lives for one cycle; it is built from the snapshot and never outlives `schedule()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from federation.errors import SnapshotError
+from federation.model import JobSpec, Node, RunningJob, TaskPlacement
+
+GPU = 1000  # milli-GPU in one GPU
+
+
+class NodeState:
+    __slots__ = ("node", "gpu_free", "cpu_free", "mem_free", "mig_free", "sig")
+
+    def __init__(self, node: Node):
+        self.node = node
+        mig_gpus = {gpu for gpu, _, _ in _mig_instances(node)}
+        # A GPU in MIG mode is used only through its instances.
+        self.gpu_free = [0 if i in mig_gpus else GPU for i in range(node.gpus)]
+        self.cpu_free = node.cpu_milli
+        self.mem_free = node.memory_mib
+        self.mig_free: dict[tuple[int, str, int], None] = dict.fromkeys(_mig_instances(node))  # ordered set
+        self.sig: tuple = ()
+
+    def signature(self) -> tuple:
+        n = self.node
+        return (n.site, n.gpu_model, n.rack, tuple(sorted(self.gpu_free)), self.cpu_free, self.mem_free,
+                tuple(sorted((p for _, p, _ in self.mig_free))))
+
+    @property
+    def free_gpu_milli(self) -> int:
+        return sum(self.gpu_free)
+
+    @property
+    def used_gpu_milli(self) -> int:
+        return self.node.gpus * GPU - sum(self.gpu_free) if not self.node.mig_layout else 0
+
+
+def _mig_instances(node: Node) -> list[tuple[int, str, int]]:
+    return [(gpu, profile, start) for gpu, profile, start in node.mig_layout]
+
+
+class ClusterState:
+    def __init__(self, nodes: Iterable[Node]):
+        self.nodes: dict[str, NodeState] = {}
+        self.groups: dict[tuple, dict[str, None]] = {}  # signature -> node names (ordered set)
+        for n in nodes:
+            if n.name in self.nodes:
+                raise SnapshotError(f"node {n.name!r} appears twice in the snapshot")
+            st = NodeState(n)
+            self.nodes[n.name] = st
+            if n.schedulable:
+                self._index(st)
+
+    def _index(self, st: NodeState) -> None:
+        st.sig = st.signature()
+        self.groups.setdefault(st.sig, {})[st.node.name] = None
+
+    def _unindex(self, st: NodeState) -> None:
+        group = self.groups.get(st.sig)
+        if group is not None:
+            group.pop(st.node.name, None)
+            if not group:
+                del self.groups[st.sig]
+
+    def representatives(self, sites: set[str] | None = None) -> Iterator[NodeState]:
+        """One schedulable node per distinct free state (the first by name order of insertion)."""
+        for sig, names in self.groups.items():
+            if sites is None or sig[0] in sites:
+                yield self.nodes[next(iter(names))]
+
+    def members(self, st: NodeState) -> list[NodeState]:
+        return [self.nodes[n] for n in self.groups.get(st.sig, ())]
+
+    # ---- allocation ----
+
+    def apply(self, job: JobSpec, placements: Iterable[TaskPlacement], sign: int = 1) -> None:
+        """Take (sign=1) or give back (sign=-1) what `placements` hold. Raises SnapshotError on overcommit."""
+        for p in placements:
+            st = self.nodes.get(p.node)
+            if st is None:
+                raise SnapshotError(f"job {job.id} is placed on unknown node {p.node!r}")
+            self._unindex(st)
+            st.cpu_free -= sign * job.per_task.cpu_milli
+            st.mem_free -= sign * job.per_task.memory_mib
+            if p.mig is not None:
+                if sign > 0:
+                    if p.mig not in st.mig_free:
+                        raise SnapshotError(f"job {job.id}: MIG instance {p.mig} on {p.node} is not free")
+                    del st.mig_free[p.mig]
+                else:
+                    st.mig_free[p.mig] = None
+            elif p.gpu_milli is not None:
+                st.gpu_free[p.gpus[0]] -= sign * p.gpu_milli
+            else:
+                for g in p.gpus:
+                    st.gpu_free[g] -= sign * GPU
+            if st.cpu_free < 0 or st.mem_free < 0 or any(f < 0 for f in st.gpu_free) or any(f > GPU for f in st.gpu_free):
+                raise SnapshotError(f"node {p.node} is overcommitted by job {job.id}")
+            if st.node.schedulable:
+                self._index(st)
+
+    def apply_running(self, running: Iterable[RunningJob]) -> None:
+        for r in running:
+            self.apply(r.spec, r.placements)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a task fits on a node: the GPUs (or MIG instance) it would take."""
+
+    gpus: tuple[int, ...] = ()
+    gpu_milli: int | None = None
+    mig: tuple[int, str, int] | None = None
+
+    def placement(self, node: str) -> TaskPlacement:
+        return TaskPlacement(node=node, gpus=self.gpus, gpu_milli=self.gpu_milli, mig=self.mig)
+
+
+def model_ok(job: JobSpec, st: NodeState) -> bool:
+    if job.per_task.gpu_milli == 0 and job.mig_profile is None:
+        return True
+    return st.node.gpus > 0 and (not job.gpu_models or st.node.gpu_model in job.gpu_models)
+
+
+def tasks_that_fit(job: JobSpec, st: NodeState, limit: int) -> int:
+    """How many tasks of `job` fit on the node now (at most `limit`)."""
+    if not model_ok(job, st):
+        return 0
+    r = job.per_task
+    n = limit
+    if r.cpu_milli:
+        n = min(n, st.cpu_free // r.cpu_milli)
+    if r.memory_mib:
+        n = min(n, st.mem_free // r.memory_mib)
+    if n <= 0:
+        return 0
+    if job.mig_profile is not None:
+        return min(n, sum(1 for _, p, _ in st.mig_free if p == job.mig_profile))
+    if r.gpu_milli == 0:
+        return n
+    if r.gpu_milli < GPU:
+        return min(n, sum(f // r.gpu_milli for f in st.gpu_free))
+    whole = r.gpu_milli // GPU
+    return min(n, sum(1 for f in st.gpu_free if f == GPU) // whole)

@@ -1,0 +1,66 @@
+"""Can a job ever run here? Checked at submit (a clear rejection) and by the core each cycle."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from federation.cluster import GPU
+from federation.errors import JobRejected
+from federation.mig.catalog import CATALOG as MIG_CATALOG
+from federation.model import Federation, JobSpec, NodeGroup, Resources
+
+
+def group_fits(g: NodeGroup, per_task: Resources, gpu_models: tuple[str, ...], mig_profile: str | None) -> bool:
+    """One task fits on an empty node of the group."""
+    if not per_task.fits_in(g.node_resources) and mig_profile is None:
+        return False
+    if per_task.cpu_milli > g.node_resources.cpu_milli or per_task.memory_mib > g.node_resources.memory_mib:
+        return False
+    if per_task.gpu_milli == 0 and mig_profile is None:
+        return True
+    if g.gpus_per_node == 0 or (gpu_models and g.gpu_model not in gpu_models):
+        return False
+    if mig_profile is not None:
+        spec = MIG_CATALOG.get(g.gpu_model or "")
+        return g.mig_enabled and spec is not None and mig_profile in spec.profiles
+    return per_task.gpu_milli < GPU or per_task.gpu_milli % GPU == 0
+
+
+@lru_cache(maxsize=4096)
+def _feasible(fed: Federation, per_task: Resources, gpu_models: tuple[str, ...], mig_profile: str | None) -> frozenset[str]:
+    return frozenset(s.name for s in fed.sites for g in s.node_groups if (g.count or g.max_nodes) and group_fits(g, per_task, gpu_models, mig_profile))
+
+
+def feasible_sites(fed: Federation, job: JobSpec) -> frozenset[str]:
+    """Sites with a node group (fixed or elastic) that can hold one task of `job` when empty."""
+    return _feasible(fed, job.per_task, job.gpu_models, job.mig_profile)
+
+
+def check_job(fed: Federation, job: JobSpec) -> None:
+    """Raise JobRejected, naming the field, for a job that could never run in this federation."""
+    queues = {q.name: q for q in fed.queues}
+    q = queues.get(job.queue)
+    if q is None:
+        raise JobRejected(job.id, "queue", f"unknown queue {job.queue!r}; queues are {sorted(fed.leaf_queues)}")
+    if job.queue not in fed.leaf_queues:
+        raise JobRejected(job.id, "queue", f"{job.queue!r} is a parent queue; submit to one of its children")
+    if job.tasks < 1:
+        raise JobRejected(job.id, "tasks", "a job needs at least one task")
+    if job.min_tasks is not None and not 1 <= job.min_tasks <= job.tasks:
+        raise JobRejected(job.id, "min_tasks", f"min_tasks must be between 1 and tasks ({job.tasks})")
+    if job.per_task.gpu_milli > GPU and job.per_task.gpu_milli % GPU:
+        raise JobRejected(job.id, "gpus_per_task", "more than one GPU per task must be a whole number of GPUs")
+    for model in job.gpu_models:
+        if model not in fed.gpu_models:
+            raise JobRejected(job.id, "gpu_model", f"unknown GPU model {model!r}")
+    if job.mig_profile is not None and not any(job.mig_profile in s.profiles for s in MIG_CATALOG.values()):
+        raise JobRejected(job.id, "mig_profile", f"unknown MIG profile {job.mig_profile!r}")
+    sites = feasible_sites(fed, job)
+    if q.sites is not None:
+        sites = sites & set(q.sites)
+    if not sites:
+        what = f"MIG profile {job.mig_profile}" if job.mig_profile else f"one task ({job.per_task})"
+        raise JobRejected(job.id, "mig_profile" if job.mig_profile else "gpus_per_task", f"no node at the sites of queue {job.queue!r} can ever hold {what}")
+    need = job.request(job.min_tasks or job.tasks)
+    if not need.fits_in(q.capability):
+        raise JobRejected(job.id, "tasks", f"the gang needs {need}, above queue {job.queue!r}'s capability {q.capability}")

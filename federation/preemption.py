@@ -1,0 +1,69 @@
+"""Victim selection: the fewest running gangs whose removal lets a pending gang start.
+
+Two kinds, as in Kueue and Volcano:
+- Reclaim: a queue within its deserved share takes back capacity lent to queues above theirs.
+- Priority: inside one queue, a higher priority class displaces lower ones.
+Candidates are ordered borrowed work first, then lowest priority, then least run time lost
+(latest started); a victim gang is always preempted whole; non-preemptible jobs never are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from federation.model import JobSpec, RunningJob
+from federation.quota import QuotaTree
+
+
+@dataclass(frozen=True)
+class Candidate:
+    job: RunningJob
+    reason: str  # Reclaim | Priority
+
+
+def candidates(job: JobSpec, running: Sequence[RunningJob], quota: QuotaTree, sites: set[str], reclaim: bool, within_deserved: bool) -> list[Candidate]:
+    """Running gangs that `job` may displace, best victim first."""
+    own_path = set(quota.path(job.queue))
+    out: list[tuple[tuple, Candidate]] = []
+    for r in running:
+        if r.preempting or not r.spec.preemptible or r.site not in sites:
+            continue
+        if r.spec.queue == job.queue:
+            if r.spec.priority < job.priority:
+                out.append(((1, r.spec.priority, -r.started_s, r.spec.id), Candidate(r, "Priority")))
+        elif reclaim and within_deserved and r.spec.queue not in own_path and quota.borrowing(r.spec.queue):
+            # the lender (job's queue) is within its share; the victim's queue is above its own
+            out.append(((0, r.spec.priority, -r.started_s, r.spec.id), Candidate(r, "Reclaim")))
+    out.sort(key=lambda t: t[0])
+    return [c for _, c in out]
+
+
+def select_victims(
+    cands: list[Candidate],
+    fits_without: Callable[[list[RunningJob]], bool],
+    still_borrowing: Callable[[RunningJob, list[RunningJob]], bool],  # victim's queue, others gone
+    max_victims: int,
+) -> list[Candidate] | None:
+    """The fewest candidates, in order, whose removal makes `fits_without` true, or None.
+
+    Greedy in candidate order, then a pass that drops any victim not needed (Kueue's minimal
+    set). A reclaim victim is taken only while its queue is still borrowing once the victims
+    already chosen are gone, so reclaim takes back what was lent and little more.
+    """
+    chosen: list[Candidate] = []
+    for c in cands:
+        if len(chosen) >= max_victims:
+            return None
+        if c.reason == "Reclaim" and not still_borrowing(c.job, [v.job for v in chosen]):
+            continue
+        chosen.append(c)
+        if fits_without([v.job for v in chosen]):
+            break
+    else:
+        return None
+    for c in list(reversed(chosen)):
+        rest = [v for v in chosen if v is not c]
+        if rest and fits_without([v.job for v in rest]):
+            chosen = rest
+    return chosen

@@ -1,0 +1,189 @@
+"""The queue tree: guarantee, deserved, capability, borrowing and lending, fair share.
+
+Per resource, for a queue n with usage U (its subtree's running jobs), guarantee G, deserved D,
+capability C, borrowing limit B and lending limit L:
+
+- reserve(n) = min(D, max(G, D - L)) is what n holds even when idle: its guarantee is never
+  lent, and a lending limit keeps the part of D above it from being lent either.
+- held(leaf) = max(U, reserve); held(parent) = max(sum of held(children), reserve(parent)).
+- A job adding r to leaf q is admissible when, on every queue a from q to the top,
+  U(a) + r <= C(a) (capability, descendants included) and U(a) + r <= D(a) + B(a) (borrowing
+  limit), and at the root the sum of held(top-level queues) stays within the federation's
+  capacity (the GPUs, CPUs and memory of the nodes that exist now). So idle guarantees stay
+  free for their owners, and everything else is shared.
+- The job borrows when U(a) + r > D(a) somewhere on the path. Borrowed capacity is reclaimable:
+  a queue within its deserved share that cannot start may preempt borrowers
+  (`federation.preemption`).
+- Fair share (Kueue's fair sharing, Volcano's DRF): share(n) = max over resources of
+  max(0, U - D) / capacity, divided by weight. Borrowers are served lowest share first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from federation.errors import SnapshotError
+from federation.model import UNLIMITED, ZERO, Queue, Resources
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    borrowing: bool = False
+    code: str = ""  # ExceedsCapability | WaitingForQuota when not ok
+    message: str = ""
+    free: Resources | None = None  # headroom at the binding level
+
+
+class QuotaTree:
+    def __init__(self, queues: Sequence[Queue], capacity: Resources):
+        self.queues = {q.name: q for q in queues}
+        self.capacity = capacity
+        self.children: dict[str, list[str]] = {q.name: [] for q in queues}
+        for q in queues:
+            if q.parent is not None:
+                if q.parent not in self.queues:
+                    raise SnapshotError(f"queue {q.name!r} has unknown parent {q.parent!r}")
+                self.children[q.parent].append(q.name)
+        self.tops = [q.name for q in queues if q.parent is None]
+        self._paths = {q.name: self._path(q.name) for q in queues}
+        self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
+        self.reserve = {q.name: _reserve(q) for q in queues}
+        self.held: dict[str, Resources] = {}
+        self.kids_held: dict[str, Resources] = {}  # sum of held over the children, per parent
+        for t in self.tops:
+            self._recompute_held(t)
+        self.root_held = sum((self.held[t] for t in self.tops), Resources())
+
+    def _path(self, name: str) -> tuple[str, ...]:
+        out, cur = [], name
+        while cur is not None:
+            if cur in out:
+                raise SnapshotError(f"queue {name!r} is its own ancestor")
+            out.append(cur)
+            cur = self.queues[cur].parent
+        return tuple(out)
+
+    def _recompute_held(self, name: str) -> Resources:
+        kids = self.children[name]
+        if kids:
+            self.kids_held[name] = sum((self._recompute_held(c) for c in kids), Resources())
+        base = self.kids_held[name] if kids else self.usage[name]
+        self.held[name] = base.max(self.reserve[name])
+        return self.held[name]
+
+    def is_leaf(self, name: str) -> bool:
+        return not self.children.get(name, True)
+
+    def path(self, leaf: str) -> tuple[str, ...]:
+        """The queue and its ancestors, leaf first."""
+        return self._paths[leaf]
+
+    # ---- usage ----
+
+    def add(self, leaf: str, r: Resources, sign: int = 1) -> None:
+        delta = r.times(sign)
+        for a in self._paths[leaf]:
+            self.usage[a] = self.usage[a] + delta
+        self._refresh(leaf)
+
+    def _refresh(self, leaf: str) -> None:
+        """Carry a usage change of `leaf` up through held, to the root."""
+        for a in self._paths[leaf]:
+            base = self.kids_held[a] if self.children[a] else self.usage[a]
+            new = base.max(self.reserve[a])
+            delta = new - self.held[a]
+            self.held[a] = new
+            parent = self.queues[a].parent
+            if parent is None:
+                self.root_held = self.root_held + delta
+            else:
+                self.kids_held[parent] = self.kids_held[parent] + delta
+
+    def add_all(self, items: Iterable[tuple[str, Resources]]) -> None:
+        for leaf, r in items:
+            self.add(leaf, r)
+
+    # ---- admission ----
+
+    def check(self, leaf: str, r: Resources) -> Verdict:
+        borrowing = False
+        for a in self._paths[leaf]:
+            q = self.queues[a]
+            after = self.usage[a] + r
+            if not after.fits_in(q.capability):
+                return Verdict(False, code="ExceedsCapability", message=f"queue {a!r} would use {after} above its capability {q.capability}",
+                               free=(q.capability - self.usage[a]).clip0())
+            if not after.fits_in(q.deserved):
+                borrowing = True
+                if not after.fits_in(q.deserved + q.borrowing_limit):
+                    return Verdict(False, borrowing=True, code="WaitingForQuota",
+                                   message=f"queue {a!r} would borrow above its borrowing limit {q.borrowing_limit}",
+                                   free=(q.deserved + q.borrowing_limit - self.usage[a]).clip0())
+        # Guarantees and lending limits of others bind only while the job would physically fit;
+        # beyond the nodes' capacity it is the placement's call (wait, reclaim, burst).
+        physical = (self.root_usage + r).fits_in(self.capacity)
+        if physical and not self._root_held_after(leaf, r).fits_in(self.capacity):
+            return Verdict(False, borrowing=borrowing, code="WaitingForQuota",
+                           message="the federation's capacity is held by other queues' usage and guarantees",
+                           free=(self.capacity - self.root_held).clip0())
+        return Verdict(True, borrowing=borrowing)
+
+    def _root_held_after(self, leaf: str, r: Resources) -> Resources:
+        """root held if `r` were added to `leaf` (the same walk as `_refresh`, without writing)."""
+        delta = None
+        for a in self._paths[leaf]:
+            base = (self.kids_held[a] + delta) if delta is not None else self.usage[a] + r
+            delta = base.max(self.reserve[a]) - self.held[a]
+        return self.root_held + delta
+
+    @property
+    def root_usage(self) -> Resources:
+        return sum((self.usage[t] for t in self.tops), ZERO)
+
+    def entitled(self, leaf: str, r: Resources) -> bool:
+        """Would `leaf` fit `r` inside deserved on its whole path if every borrower gave back?
+
+        This is the right to reclaim: a sibling's borrowing counts only up to its own deserved.
+        """
+        mine = self.usage[leaf] + r
+        child = leaf
+        for a in self._paths[leaf]:
+            if a != leaf:
+                others = sum(((self.usage[c]).min(self.queues[c].deserved) for c in self.children[a] if c != child), ZERO)
+                mine = others + mine
+                child = a
+            if not mine.fits_in(self.queues[a].deserved):
+                return False
+        return True
+
+    def within_deserved(self, name: str) -> bool:
+        return self.usage[name].fits_in(self.queues[name].deserved)
+
+    def borrowing(self, leaf: str) -> bool:
+        """The queue or one of its ancestors uses more than its deserved share."""
+        return any(not self.within_deserved(a) for a in self._paths[leaf])
+
+    def share(self, name: str, extra: Resources = ZERO) -> float:
+        """Weighted dominant-resource share of what `name` borrows (0 when within deserved)."""
+        q = self.queues[name]
+        over = (self.usage[name] + extra - q.deserved).clip0()
+        s = 0.0
+        for used, cap in zip(over.as_tuple(), self.capacity.as_tuple(), strict=True):
+            if used and cap:
+                s = max(s, used / cap)
+        return s / q.weight
+
+    def order_key(self, leaf: str, r: Resources) -> tuple[float, ...]:
+        """Fair-share order for a job adding `r`: the top-level queue's share first, then down."""
+        return tuple(self.share(a, r) for a in reversed(self._paths[leaf]))
+
+
+def _reserve(q: Queue) -> Resources:
+    d, g, lend = q.deserved, q.guarantee, q.lending_limit
+    vals = []
+    for dv, gv, lv in zip(d.as_tuple(), g.as_tuple(), lend.as_tuple(), strict=True):
+        keep = dv - lv if lv < UNLIMITED else 0
+        vals.append(min(dv, max(gv, keep)))
+    return Resources(*vals)

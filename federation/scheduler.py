@@ -1,0 +1,274 @@
+"""The scheduling core: `schedule(snapshot, now) -> Plan`. Pure: no I/O, no clock, no Ray.
+
+One cycle, in the manner of Kueue's scheduler:
+  1. build   the cycle's state: free capacity per node, usage per queue (running jobs).
+  2. order   pending jobs: within a queue by priority class then submit time; across queues,
+             jobs within their deserved share first, then borrowers by weighted DRF share.
+  3. assign  each job in that order: capability, quota, then a gang placement on one site.
+  4. preempt where a job within its share (reclaim) or of higher priority (inside its queue)
+             cannot start: the fewest victims that make room; they get `grace_s` to stop.
+  5. reserve nodes for a starving gang, so that a stream of small jobs cannot overtake it
+             forever: the first blocked gang per site reserves the nodes it will get, and later
+             jobs in the cycle may not use them (they backfill elsewhere).
+  6. explain every job left pending with one structured reason.
+Nothing is held for a gang that cannot start, so two gangs never deadlock holding halves.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from federation.cluster import GPU, ClusterState, NodeState, tasks_that_fit
+from federation.errors import SnapshotError
+from federation.feasibility import feasible_sites
+from federation.model import (
+    Admission,
+    CapacityRequest,
+    Federation,
+    JobSpec,
+    Node,
+    PendingReason,
+    Plan,
+    Preemption,
+    Queue,
+    Resources,
+    RunningJob,
+)
+from federation.placement import capacity_for, place_gang
+from federation.preemption import candidates, select_victims
+from federation.quota import QuotaTree
+from policies.placement import make_strategy, workload_mix
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the core sees: config, nodes that exist now, running and pending jobs."""
+
+    federation: Federation
+    nodes: tuple[Node, ...]
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[JobSpec, ...] = ()
+    queues: tuple[Queue, ...] | None = None  # effective quotas now (tidal); default: the config's
+    burst_in_flight: frozenset[str] = frozenset()  # jobs the burst policy is provisioning for
+    reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept from the last plan
+
+
+def schedule(snapshot: Snapshot, now: float) -> Plan:
+    return _Cycle(snapshot, now).run()
+
+
+class _Cycle:
+    def __init__(self, snap: Snapshot, now: float):
+        self.snap, self.now = snap, now
+        fed = snap.federation
+        self.policies = fed.policies
+        # 1. build
+        self.cluster = ClusterState(snap.nodes)
+        self.cluster.apply_running(snap.running)
+        capacity = sum((Resources(n.gpus * GPU, n.cpu_milli, n.memory_mib) for n in snap.nodes), Resources())
+        self.quota = QuotaTree(snap.queues or fed.queues, capacity)
+        for r in snap.running:
+            if r.spec.queue not in self.quota.queues:
+                raise SnapshotError(f"running job {r.spec.id} is in unknown queue {r.spec.queue!r}")
+            self.quota.add(r.spec.queue, r.usage)
+        self.strategy = make_strategy(self.policies.placement.strategy, workload_mix([*snap.pending, *(r.spec for r in snap.running)]))
+        self.site_order = [s.name for s in fed.sites if not s.is_cloud] + [s.name for s in fed.sites if s.is_cloud]
+        self.running = list(snap.running)
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.requests: list[CapacityRequest] = []
+        self.pending: dict[str, PendingReason] = {}
+        self.reservations: dict[str, tuple[str, ...]] = {}
+        self.reserved_sites: set[str] = set()
+        self.blocked: set[str] = set()
+        self.victims: set[str] = set()
+        self.failed: dict[tuple, PendingReason] = {}  # shape -> reason; state only tightens in a cycle
+
+    def run(self) -> Plan:
+        for job in self._order():
+            self._assign(job)
+        return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations)
+
+    # 2. order -------------------------------------------------------------------------------
+
+    def _order(self):
+        """Yield pending jobs: queue heads by (borrows?, fair share, priority, submit)."""
+        by_queue: dict[str, list[JobSpec]] = {}
+        for j in self.snap.pending:
+            if j.queue not in self.quota.queues or not self.quota.is_leaf(j.queue):
+                self.pending[j.id] = PendingReason("UnknownQueue", f"queue {j.queue!r} is not a leaf queue of this federation", j.request())
+                continue
+            by_queue.setdefault(j.queue, []).append(j)
+        for jobs in by_queue.values():
+            jobs.sort(key=lambda j: (-j.priority, j.submit_s, j.id), reverse=True)  # pop() from the end
+        heap = [(self._key(jobs[-1]), q) for q, jobs in by_queue.items()]
+        heapq.heapify(heap)
+        while heap:
+            key, q = heapq.heappop(heap)
+            jobs = by_queue[q]
+            fresh = self._key(jobs[-1])
+            if fresh > key and heap and fresh > heap[0][0]:
+                heapq.heappush(heap, (fresh, q))  # shares moved since it was queued
+                continue
+            yield jobs.pop()
+            if jobs:
+                heapq.heappush(heap, (self._key(jobs[-1]), q))
+
+    def _key(self, j: JobSpec) -> tuple:
+        r = j.request(j.min_tasks or j.tasks)
+        borrows = self.quota.check(j.queue, r).borrowing
+        return (borrows, self.quota.order_key(j.queue, r) if borrows else (), -j.priority, j.submit_s, j.id)
+
+    # 3. assign ------------------------------------------------------------------------------
+
+    def _assign(self, job: JobSpec) -> None:
+        sites = self._sites_for(job)
+        if not sites:
+            self.pending[job.id] = PendingReason("NoFeasibleNode", "no node type at the queue's sites can ever hold one task of this job", job.per_task)
+            return
+        need = job.request(job.min_tasks or job.tasks)
+        qkey = (job.queue, job.per_task, job.min_tasks or job.tasks)
+        cached = self.failed.get(qkey)
+        if cached is not None:
+            self.pending[job.id] = cached
+            return
+        verdict = self.quota.check(job.queue, need)
+        if not verdict.ok:
+            entitled = verdict.code == "WaitingForQuota" and self.quota.entitled(job.queue, need)
+            if entitled and self._try_preempt(job, sites):
+                return
+            reason = PendingReason(verdict.code, verdict.message, need, verdict.free)
+            self.pending[job.id] = reason
+            if not entitled:
+                self.failed[qkey] = reason
+            return
+        pkey = (job.queue, tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile, job.priority)
+        reason = self.failed.get(pkey)
+        if reason is None:
+            for site in sites:
+                placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
+                if placed is not None:
+                    self.quota.add(job.queue, job.per_task.times(len(placed)))
+                    self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=verdict.borrowing))
+                    return
+            if self._try_preempt(job, sites):
+                return
+            reason = self._capacity_reason(job, sites, need)
+            if job.id not in self.reservations:
+                self.failed[pkey] = reason  # the same shape fails the same way for the rest of the cycle
+        if job.id in self.snap.burst_in_flight:
+            reason = PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
+        self.pending[job.id] = reason
+        if self.quota.queues[job.queue].burst and self.policies.burst.enabled:
+            self.requests.append(CapacityRequest(job.id, job.queue, job.min_tasks or job.tasks, job.per_task, job.gpu_models, job.submit_s))
+
+    def _sites_for(self, job: JobSpec) -> list[str]:
+        q = self.quota.queues[job.queue]
+        allowed = set(q.sites) if q.sites is not None else None
+        feasible = feasible_sites(self.snap.federation, job)
+        return [s for s in self.site_order if s in feasible and (allowed is None or s in allowed)]
+
+    # 4. preempt -----------------------------------------------------------------------------
+
+    def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
+        """Choose victims for `job` (or see that victims already stopping suffice)."""
+        within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
+        stopping = [r for r in self.running if r.preempting or r.spec.id in self.victims]
+        if stopping and self._fits_without(job, sites, stopping):
+            self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(stopping)} preempted job(s) are stopping within their grace period", job.request())
+            return True
+        cands = [c for c in candidates(job, self.running, self.quota, set(sites), self.policies.preemption.reclaim, within) if c.job.spec.id not in self.victims]
+        budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
+        if not cands or budget <= 0:
+            return False
+
+        def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
+            q = victim.spec.queue
+            gone = sum((v.usage for v in chosen if v.spec.queue == q), Resources())
+            return any(not (self.quota.usage[a] - gone).fits_in(self.quota.queues[a].deserved) for a in self.quota.path(q))
+
+        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, budget)
+        if chosen is None:
+            return False
+        for c in chosen:
+            self.victims.add(c.job.spec.id)
+            self.preemptions.append(Preemption(c.job.spec.id, c.reason, for_job=job.id))
+        self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
+        return True
+
+    def _fits_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
+        """Would `job` pass quota and place if the `gone` jobs had stopped? (State is restored.)"""
+        for v in gone:
+            self.quota.add(v.spec.queue, v.usage, -1)
+            self.cluster.apply(v.spec, v.placements, -1)
+        try:
+            if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks)).ok:
+                return False
+            for site in sites:
+                placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
+                if placed is not None:
+                    self.cluster.apply(job, placed, -1)
+                    return True
+            return False
+        finally:
+            for v in gone:
+                self.quota.add(v.spec.queue, v.usage)
+                self.cluster.apply(v.spec, v.placements)
+
+    # 5. reserve and 6. explain --------------------------------------------------------------
+
+    def _capacity_reason(self, job: JobSpec, sites: list[str], need: Resources) -> PendingReason:
+        if self.blocked and self._fits_ignoring_reservations(job, sites):
+            holder = next(iter(self.reservations))
+            return PendingReason("ReservedForGang", f"the nodes that would fit it are reserved for gang {holder}", need)
+        if job.per_task.gpu_milli >= GPU and self._reserve(job, sites):
+            msg = f"reserved {len(self.reservations[job.id])} node(s); waiting for running jobs there to finish"
+        else:
+            free = max((capacity_for(self.cluster, s, job) for s in sites), default=0)
+            msg = f"{free} of {job.min_tasks or job.tasks} task(s) fit on any one site now"
+        return PendingReason("WaitingForCapacity", msg, need)
+
+    def _fits_ignoring_reservations(self, job: JobSpec, sites: list[str]) -> bool:
+        for site in sites:
+            placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology)
+            if placed is not None:
+                self.cluster.apply(job, placed, -1)
+                return True
+        return False
+
+    def _reserve(self, job: JobSpec, sites: Sequence[str]) -> bool:
+        """Reserve for `job` the nodes closest to free that together hold it when empty."""
+        kept = self.snap.reservations.get(job.id, ())
+        if kept and all(n in self.cluster.nodes and n not in self.blocked for n in kept):
+            site = self.cluster.nodes[kept[0]].node.site
+            if site not in self.reserved_sites and sum(_fit_when_empty(job, self.cluster.nodes[n].node) for n in kept) >= (job.min_tasks or job.tasks):
+                self.reservations[job.id] = kept  # keep last cycle's choice: a reservation that hops never fills
+                self.reserved_sites.add(site)
+                self.blocked.update(kept)
+                return True
+        for site in sites:
+            if site in self.reserved_sites:
+                continue
+            nodes = [st for st in self.cluster.nodes.values() if st.node.site == site and st.node.schedulable and st.node.name not in self.blocked]
+            empty_fit = []
+            for st in nodes:
+                k = _fit_when_empty(job, st.node)
+                if k:
+                    empty_fit.append((-st.free_gpu_milli, st.node.name, k))
+            empty_fit.sort()
+            chosen, total = [], 0
+            for _, name, k in empty_fit:
+                chosen.append(name)
+                total += k
+                if total >= (job.min_tasks or job.tasks):
+                    self.reservations[job.id] = tuple(chosen)
+                    self.reserved_sites.add(site)
+                    self.blocked.update(chosen)
+                    return True
+        return False
+
+
+def _fit_when_empty(job: JobSpec, node: Node) -> int:
+    return tasks_that_fit(job, NodeState(node), job.tasks)

@@ -1,0 +1,210 @@
+"""Placement strategies: which node, and which GPUs on it, each task of a gang gets.
+
+A strategy scores a candidate node for `k` tasks of a job (lower is better) and picks GPUs inside
+a node. `place_gang` (in `federation.placement`) drives them the same way for every strategy:
+the gang goes to one site, as few nodes as it can (a node taking more of the gang's tasks wins),
+racks as a preference, and the strategy breaks the ties.
+
+`fragmentation-aware` follows FGD (Weng et al., "Beware of Fragmentation", USENIX ATC'23): a
+node's fragmentation is the GPU capacity that the observed workload mix could not use there,
+weighted by how common each task shape is; a task goes where it grows that measure least.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from federation.cluster import GPU, Fit, NodeState
+from federation.model import JobSpec
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A task shape of the workload mix: milli-GPU per GPU, GPUs per task, CPU and memory."""
+
+    gpu_milli: int  # per GPU: < 1000 for a shared GPU, 1000 for whole GPUs
+    gpus: int
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+
+def shape_of(job: JobSpec) -> Shape | None:
+    r = job.per_task
+    if job.mig_profile is not None or r.gpu_milli == 0:
+        return None
+    if r.gpu_milli < GPU:
+        return Shape(r.gpu_milli, 1, r.cpu_milli, r.memory_mib)
+    return Shape(GPU, r.gpu_milli // GPU, r.cpu_milli, r.memory_mib)
+
+
+def workload_mix(jobs: Iterable[JobSpec], top: int = 12) -> tuple[tuple[Shape, float], ...]:
+    """The `top` most common GPU task shapes with their popularity (summing to 1)."""
+    counts: Counter[Shape] = Counter()
+    for j in jobs:
+        s = shape_of(j)
+        if s is not None:
+            counts[s] += j.tasks
+    common = counts.most_common(top)
+    total = sum(n for _, n in common)
+    return tuple((s, n / total) for s, n in common) if total else ()
+
+
+def gpu_fragment(gpu_free: Iterable[int], cpu_free: int, mem_free: int, shape: Shape) -> int:
+    """Free milli-GPU on a node that a task of `shape` could not use (FGD, section 3.2)."""
+    free = list(gpu_free)
+    if shape.cpu_milli > cpu_free or shape.memory_mib > mem_free:
+        return sum(free)
+    if shape.gpu_milli < GPU:
+        return sum(f for f in free if f < shape.gpu_milli)
+    whole = sum(1 for f in free if f == GPU)
+    partial = sum(f for f in free if f < GPU)
+    return partial + (whole * GPU if whole < shape.gpus else 0)
+
+
+class Strategy(ABC):
+    """Subclasses set `name` and define `score` (and, where it matters, `choose_gpus`)."""
+
+    name = "base"
+    one_task_per_node = False
+
+    @abstractmethod
+    def score(self, st: NodeState, job: JobSpec, k: int) -> float:
+        """Lower is better: the cost of putting `k` tasks of `job` on the node."""
+
+    def choose_gpus(self, st: NodeState, job: JobSpec) -> Fit:
+        """GPUs for one task on a node known to fit it: lowest free indices; the fullest shared GPU."""
+        if job.mig_profile is not None:
+            inst = next(i for i in st.mig_free if i[1] == job.mig_profile)
+            return Fit(gpus=(inst[0],), mig=inst)
+        m = job.per_task.gpu_milli
+        if m == 0:
+            return Fit()
+        if m < GPU:
+            best = min((f, i) for i, f in enumerate(st.gpu_free) if f >= m)
+            return Fit(gpus=(best[1],), gpu_milli=m)
+        free = [i for i, f in enumerate(st.gpu_free) if f == GPU]
+        return Fit(gpus=tuple(free[: m // GPU]))
+
+
+def _leftover_gpu(st: NodeState, job: JobSpec, k: int) -> int:
+    return st.free_gpu_milli - k * job.per_task.gpu_milli
+
+
+class BestFit(Strategy):
+    """The node left with the least free GPU (then CPU) after the placement."""
+
+    name = "bestfit"
+
+    def score(self, st, job, k):
+        return _leftover_gpu(st, job, k) * 1e6 + (st.cpu_free - k * job.per_task.cpu_milli) / 1e3
+
+
+class BinPack(Strategy):
+    """The most allocated node first (Kubernetes' MostAllocated)."""
+
+    name = "binpack"
+
+    def score(self, st, job, k):
+        total = max(1, st.node.gpus * GPU)
+        return -(total - st.free_gpu_milli) / total
+
+
+class Spread(Strategy):
+    """The least allocated node first, one task per node where it can."""
+
+    name = "spread"
+    one_task_per_node = True
+
+    def score(self, st, job, k):
+        total = max(1, st.node.gpus * GPU)
+        return (total - st.free_gpu_milli) / total
+
+    def choose_gpus(self, st, job):
+        m = job.per_task.gpu_milli
+        if 0 < m < GPU and job.mig_profile is None:
+            best = max((f, -i) for i, f in enumerate(st.gpu_free) if f >= m)
+            return Fit(gpus=(-best[1],), gpu_milli=m)
+        return super().choose_gpus(st, job)
+
+
+class FragmentationAware(Strategy):
+    """FGD's fragmentation gradient, with GPU choice inside the node by the same measure.
+
+    Beyond FGD: node scores are cached per free-state signature, so a cluster of thousands of
+    alike nodes costs a few evaluations per task, and ties go to the node left with less free GPU.
+    """
+
+    name = "fragmentation-aware"
+
+    def __init__(self, mix: tuple[tuple[Shape, float], ...]):
+        self.mix = mix
+        self._cache: dict[tuple, float] = {}
+
+    def fragmentation(self, gpu_free: tuple[int, ...], cpu_free: int, mem_free: int, model_ok: bool = True) -> float:
+        key = (gpu_free, cpu_free, mem_free, model_ok)
+        v = self._cache.get(key)
+        if v is None:
+            if not model_ok:
+                v = float(sum(gpu_free))
+            else:
+                v = sum(p * gpu_fragment(gpu_free, cpu_free, mem_free, s) for s, p in self.mix)
+            self._cache[key] = v
+        return v
+
+    def _after(self, st: NodeState, job: JobSpec, fits: list[Fit]) -> tuple[int, ...]:
+        free = list(st.gpu_free)
+        for f in fits:
+            if f.gpu_milli is not None:
+                free[f.gpus[0]] -= f.gpu_milli
+            elif f.mig is None:
+                for g in f.gpus:
+                    free[g] = 0
+        return tuple(sorted(free))
+
+    def score(self, st, job, k):
+        before = self.fragmentation(tuple(sorted(st.gpu_free)), st.cpu_free, st.mem_free)
+        fits = self._fits(st, job, k)
+        r = job.per_task
+        after = self.fragmentation(self._after(st, job, fits), st.cpu_free - k * r.cpu_milli, st.mem_free - k * r.memory_mib)
+        return (after - before) * 1e3 + _leftover_gpu(st, job, k) / 1e3
+
+    def _fits(self, st: NodeState, job: JobSpec, k: int) -> list[Fit]:
+        m = job.per_task.gpu_milli
+        if job.mig_profile is not None or m == 0:
+            return []  # MIG instances and CPU-only tasks leave the whole-GPU free state as it is
+        if m >= GPU:
+            free = [i for i, f in enumerate(st.gpu_free) if f == GPU]
+            w = m // GPU
+            return [Fit(gpus=tuple(free[t * w:(t + 1) * w])) for t in range(k)]
+        # shared: place greedily, each task where the node's fragmentation grows least
+        free = list(st.gpu_free)
+        fits = []
+        for _ in range(k):
+            best = None
+            for i, f in enumerate(free):
+                if f >= m:
+                    trial = free.copy()
+                    trial[i] -= m
+                    v = self.fragmentation(tuple(sorted(trial)), st.cpu_free, st.mem_free)
+                    if best is None or (v, trial[i]) < best[0]:
+                        best = ((v, trial[i]), i)
+            free[best[1]] -= m
+            fits.append(Fit(gpus=(best[1],), gpu_milli=m))
+        return fits
+
+    def choose_gpus(self, st, job):
+        if job.mig_profile is not None or job.per_task.gpu_milli == 0:
+            return super().choose_gpus(st, job)
+        return self._fits(st, job, 1)[0]
+
+
+def make_strategy(name: str, mix: tuple[tuple[Shape, float], ...] = ()) -> Strategy:
+    if name == "fragmentation-aware":
+        return FragmentationAware(mix)
+    for cls in (BestFit, BinPack, Spread):
+        if cls.name == name:
+            return cls()
+    raise ValueError(f"unknown placement strategy {name!r}")

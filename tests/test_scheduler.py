@@ -1,0 +1,276 @@
+"""The scheduling core's semantics, one property per test, named for what it checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from federation.errors import JobRejected, SnapshotError
+from federation.feasibility import check_job
+from federation.model import Node, RunningJob, TaskPlacement
+from federation.scheduler import schedule
+
+from .builders import (
+    admitted,
+    fed,
+    job,
+    mark_preempting,
+    preempted,
+    q,
+    run_admitted,
+    site,
+    snapshot,
+    start_all,
+)
+
+
+def test_two_6_gpu_gangs_on_8_gpus_never_both_hold_gpus():
+    f = fed([q("a", deserved=8)], [site("idc", count=2, gpus=4)])
+    jobs = [job("g1", "a", tasks=2, gpus=3), job("g2", "a", tasks=2, gpus=3, submit=1)]
+    plan = schedule(snapshot(f, pending=jobs), 0)
+    assert admitted(plan) == {"g1"}
+    assert plan.pending["g2"].code in ("WaitingForCapacity", "ReservedForGang")
+    assert all(len(a.placements) == 2 for a in plan.admissions)
+
+
+def test_a_gang_never_spans_sites():
+    f = fed([q("a", deserved=16)], [site("east", gpus=4), site("west", gpus=4)])
+    plan = schedule(snapshot(f, pending=[job("g", "a", tasks=2, gpus=4)]), 0)
+    assert not plan.admissions
+    assert plan.pending["g"].code == "WaitingForCapacity"
+
+
+def test_a_gang_is_packed_onto_as_few_nodes_as_it_fits():
+    f = fed([q("a", deserved=32)], [site("idc", count=4, gpus=8)])
+    plan = schedule(snapshot(f, pending=[job("g", "a", tasks=4, gpus=2)]), 0)
+    assert len({p.node for p in plan.admissions[0].placements}) == 1
+
+
+def test_spread_puts_each_task_on_its_own_node():
+    f = fed([q("a", deserved=32)], [site("idc", count=4, gpus=8)], strategy="spread")
+    plan = schedule(snapshot(f, pending=[job("g", "a", tasks=4, gpus=2)]), 0)
+    assert len({p.node for p in plan.admissions[0].placements}) == 4
+
+
+def test_an_elastic_gang_starts_with_at_least_min_tasks():
+    f = fed([q("a", deserved=8)], [site("idc", count=1, gpus=8)])
+    plan = schedule(snapshot(f, pending=[job("e", "a", tasks=6, gpus=2, min_tasks=2)]), 0)
+    assert len(plan.admissions[0].placements) == 4
+
+
+def test_capability_caps_a_queue_even_when_capacity_is_idle():
+    f = fed([q("a", deserved=4, capability=6)], [site("idc", count=2)])
+    running = start_all(f, [job("r", "a", gpus=4)])
+    plan = schedule(snapshot(f, pending=[job("p", "a", gpus=4)], running=running), 1)
+    assert plan.pending["p"].code == "ExceedsCapability"
+    assert plan.pending["p"].needs.gpu == 4
+
+
+def test_borrowing_is_bounded_by_the_borrowing_limit():
+    f = fed([q("a", deserved=4, borrowing=2), q("b", deserved=12)], [site("idc", count=2)])
+    plan = schedule(snapshot(f, pending=[job("x", "a", gpus=6), job("y", "a", gpus=1, submit=1)]), 0)
+    assert admitted(plan) == {"x"}
+    assert plan.pending["y"].code == "WaitingForQuota"
+
+
+def test_an_idle_guarantee_is_never_lent():
+    f = fed([q("online", guarantee=4, deserved=4), q("batch", deserved=4)], [site("idc", count=1)])
+    plan = schedule(snapshot(f, pending=[job(f"b{i}", "batch", gpus=1, submit=i) for i in range(8)]), 0)
+    assert len(plan.admissions) == 4
+    assert plan.pending["b4"].code == "WaitingForQuota"
+
+
+def test_unused_deserved_is_lent_up_to_the_lending_limit():
+    f = fed([q("lender", deserved=6, lending=2), q("b", deserved=2)], [site("idc", count=1)])
+    plan = schedule(snapshot(f, pending=[job(f"b{i}", "b", gpus=1, submit=i) for i in range(8)]), 0)
+    assert len(plan.admissions) == 4  # its own 2 plus the 2 the lender may lend
+
+
+def test_a_child_below_its_deserved_share_reclaims_from_a_borrowing_sibling():
+    f = fed([q("p", deserved=8), q("c1", parent="p", deserved=4), q("c2", parent="p", deserved=4)], [site("idc", count=1)])
+    running = start_all(f, [job(f"s{i}", "c2", gpus=1, submit=i) for i in range(8)])  # c2 borrows c1's idle half
+    plan = schedule(snapshot(f, pending=[job("mine", "c1", gpus=2, submit=10)], running=running), 5)
+    assert plan.pending["mine"].code == "WaitingForReclaim"
+    assert len(preempted(plan)) == 2 and all(p.reason == "Reclaim" and p.for_job == "mine" for p in plan.preemptions)
+
+
+def test_a_child_guarantee_is_kept_free_for_it():
+    f = fed([q("p", guarantee=2, deserved=8), q("c1", parent="p", guarantee=2, deserved=4), q("c2", parent="p", deserved=4)], [site("idc", count=1)])
+    plan = schedule(snapshot(f, pending=[job(f"s{i}", "c2", gpus=1, submit=i) for i in range(8)]), 0)
+    assert len(plan.admissions) == 6
+    running = run_admitted(plan, [job(f"s{i}", "c2", gpus=1, submit=i) for i in range(8)])
+    plan = schedule(snapshot(f, pending=[job("mine", "c1", gpus=2, submit=10)], running=running), 1)
+    assert admitted(plan) == {"mine"} and not plan.preemptions
+
+
+def test_reclaim_preempts_the_fewest_borrowed_jobs_latest_started_first():
+    f = fed([q("a", deserved=4), q("b", deserved=4)], [site("idc", count=1)])
+    jobs = [job(f"b{i}", "b", gpus=2, submit=i) for i in range(4)]
+    plan = schedule(snapshot(f, pending=jobs), 0)
+    running = [RunningJob(r.spec, r.site, r.placements, started_s=float(i)) for i, r in enumerate(run_admitted(plan, jobs))]
+    plan = schedule(snapshot(f, pending=[job("a1", "a", gpus=4, submit=10)], running=running), 20)
+    assert plan.pending["a1"].code == "WaitingForReclaim"
+    assert preempted(plan) == {"b3", "b2"}  # two victims free 4 GPUs; the latest started go first
+    assert all(p.reason == "Reclaim" for p in plan.preemptions)
+
+
+def test_reclaim_never_takes_from_a_queue_within_its_deserved_share():
+    f = fed([q("a", deserved=4), q("b", deserved=4)], [site("idc", count=1)])
+    running = start_all(f, [job("a0", "a", gpus=4), job("b0", "b", gpus=4)])
+    plan = schedule(snapshot(f, pending=[job("a1", "a", gpus=2, submit=5)], running=running), 1)
+    assert not plan.preemptions
+
+
+def test_victims_already_stopping_are_not_preempted_twice():
+    f = fed([q("a", deserved=4), q("b", deserved=4)], [site("idc", count=1)])
+    running = start_all(f, [job(f"b{i}", "b", gpus=2, submit=i) for i in range(4)])
+    pending = [job("a1", "a", gpus=4, submit=10)]
+    first = schedule(snapshot(f, pending=pending, running=running), 1)
+    again = schedule(snapshot(f, pending=pending, running=mark_preempting(running, preempted(first))), 2)
+    assert not again.preemptions
+    assert again.pending["a1"].code == "WaitingForReclaim"
+
+
+def test_priority_preemption_inside_a_queue_spares_non_preemptible_jobs():
+    f = fed([q("a", deserved=8)], [site("idc", count=1)])
+    running = start_all(f, [job("keep", "a", gpus=4, priority=10, preemptible=False), job("low", "a", gpus=4, priority=10)])
+    plan = schedule(snapshot(f, pending=[job("hi", "a", gpus=4, priority=1000, submit=5)], running=running), 1)
+    assert preempted(plan) == {"low"}
+    assert plan.preemptions[0].reason == "Priority"
+
+
+def test_equal_priority_never_preempts():
+    f = fed([q("a", deserved=8)], [site("idc", count=1)])
+    running = start_all(f, [job("r", "a", gpus=8)])
+    plan = schedule(snapshot(f, pending=[job("p", "a", gpus=8, submit=5)], running=running), 1)
+    assert not plan.preemptions
+
+
+def test_within_a_queue_higher_priority_then_earlier_submit_goes_first():
+    f = fed([q("a", deserved=8)], [site("idc", count=1)])
+    pending = [job("late", "a", gpus=4, submit=2), job("early", "a", gpus=4, submit=1), job("urgent", "a", gpus=4, submit=3, priority=1000)]
+    plan = schedule(snapshot(f, pending=pending), 0)
+    assert admitted(plan) == {"urgent", "early"}
+
+
+def test_surplus_goes_to_the_queue_with_the_lower_weighted_share():
+    f = fed([q("heavy", deserved=0, weight=3), q("light", deserved=0, weight=1)], [site("idc", count=1)])
+    pending = [job(f"h{i}", "heavy", gpus=1, submit=i) for i in range(8)] + [job(f"l{i}", "light", gpus=1, submit=i) for i in range(8)]
+    plan = schedule(snapshot(f, pending=pending), 0)
+    got = [a.job_id[0] for a in plan.admissions]
+    assert got.count("h") == 6 and got.count("l") == 2  # 3:1 by weight
+
+
+def test_jobs_within_deserved_go_before_borrowers():
+    f = fed([q("own", deserved=4), q("borrower", deserved=0)], [site("idc", count=1)])
+    pending = [job(f"b{i}", "borrower", gpus=2, submit=i) for i in range(4)] + [job("o", "own", gpus=4, submit=100)]
+    plan = schedule(snapshot(f, pending=pending), 0)
+    assert "o" in admitted(plan)
+
+
+def test_a_large_gang_reserves_nodes_and_small_jobs_cannot_take_them():
+    f = fed([q("a", deserved=16)], [site("idc", count=2, gpus=8)])
+    running = start_all(f, [job("r0", "a", gpus=4), job("r1", "a", gpus=2, submit=1)])  # bestfit packs them on one node
+    big = job("big", "a", tasks=2, gpus=8, submit=1)
+    smalls = [job(f"s{i}", "a", gpus=1, submit=2 + i) for i in range(4)]
+    plan = schedule(snapshot(f, pending=[big, *smalls], running=running), 1)
+    assert "big" in plan.reservations
+    assert not admitted(plan) & {s.id for s in smalls}
+    assert {plan.pending[s.id].code for s in smalls} == {"ReservedForGang"}
+
+
+def test_small_jobs_backfill_nodes_outside_a_reservation():
+    f = fed([q("a", deserved=32)], [site("idc", count=4, gpus=8)])
+    running = start_all(f, [job("r0", "a", gpus=8), job("r1", "a", gpus=4, submit=1), job("r2", "a", gpus=6, submit=2)])
+    plan = schedule(snapshot(f, pending=[job("big", "a", tasks=2, gpus=8, submit=1), job("s", "a", gpus=2, submit=2)], running=running), 1)
+    reserved = set(plan.reservations["big"])
+    assert "s" in admitted(plan)
+    assert not {p.node for a in plan.admissions for p in a.placements} & reserved
+
+
+def test_a_large_gang_is_not_starved_by_a_stream_of_small_jobs():
+    """Many rounds: small 1-GPU jobs keep arriving and finishing; the 16-GPU gang must start."""
+    f = fed([q("a", deserved=16)], [site("idc", count=2, gpus=8)])
+    running: list[RunningJob] = []
+    pending = [job("big", "a", tasks=2, gpus=8, submit=0)]
+    started = None
+    reservations: dict = {}
+    for t in range(1, 60):
+        pending += [job(f"s{t}-{i}", "a", gpus=1, submit=t - 0.5) for i in range(3)]
+        # each small job runs 3 rounds
+        running = [r for r in running if t - r.started_s < 3]
+        plan = schedule(snapshot(f, pending=pending, running=running, reservations=reservations), t)
+        reservations = plan.reservations
+        new = run_admitted(plan, pending, t)
+        running += new
+        pending = [j for j in pending if j.id not in admitted(plan)]
+        if "big" in admitted(plan):
+            started = t
+            break
+    assert started is not None and started <= 5
+
+
+def test_pending_reasons_carry_the_numbers_behind_them():
+    f = fed([q("a", deserved=8, capability=8)], [site("idc", count=1)])
+    plan = schedule(snapshot(f, pending=[job("huge", "a", tasks=2, gpus=8), job("never", "a", gpus=16)]), 0)
+    assert plan.pending["huge"].code == "ExceedsCapability"
+    assert plan.pending["huge"].needs.gpu == 16 and plan.pending["huge"].free.gpu == 8
+    assert plan.pending["never"].code == "NoFeasibleNode"
+
+
+def test_every_pending_job_has_exactly_one_reason():
+    f = fed([q("a", deserved=4), q("b", deserved=4)], [site("idc", count=1)])
+    pending = [job(f"j{i}", "ab"[i % 2], gpus=1 + i % 3, submit=i) for i in range(12)]
+    plan = schedule(snapshot(f, pending=pending), 0)
+    assert set(plan.pending) | admitted(plan) == {j.id for j in pending}
+    assert not set(plan.pending) & admitted(plan)
+
+
+def test_gpu_sharing_tasks_share_one_gpu():
+    f = fed([q("a", deserved=8)], [site("idc", count=1, gpus=1)])
+    plan = schedule(snapshot(f, pending=[job(f"s{i}", "a", gpus=0.25) for i in range(5)]), 0)
+    assert len(plan.admissions) == 4
+    assert {a.placements[0].gpu_milli for a in plan.admissions} == {250}
+
+
+def test_a_gpu_model_constraint_is_honoured():
+    f = fed([q("a", deserved=16)], [site("t4", model="T4"), site("a100")])
+    plan = schedule(snapshot(f, pending=[job("j", "a", gpus=1, models=["A100-80GB"])]), 0)
+    assert plan.admissions[0].site == "a100"
+
+
+def test_burst_queues_ask_for_capacity_when_nothing_fits():
+    f = fed([q("a", deserved=64, burst=True)], [site("idc", count=1), site("cloud", count=0, max_nodes=4, kind="aws")], burst=True)
+    plan = schedule(snapshot(f, pending=[job("g", "a", tasks=2, gpus=8)]), 0)
+    assert [r.job_id for r in plan.capacity_requests] == ["g"]
+
+
+@pytest.mark.parametrize(
+    "what,nodes,running",
+    [
+        ("a node twice", [Node("n", "idc", "g", "A100-80GB", 8, 64000, 512 * 1024)] * 2, []),
+        ("a job on an unknown node", None, [RunningJob(job("r", "a"), "idc", (TaskPlacement("ghost", (0,)),), 0)]),
+        ("an overcommitted GPU", None, [RunningJob(job(f"r{i}", "a"), "idc", (TaskPlacement("idc-0", (0,)),), 0) for i in range(2)]),
+        ("a job in an unknown queue", None, [RunningJob(job("r", "zz"), "idc", (TaskPlacement("idc-0", (0,)),), 0)]),
+    ],
+)
+def test_an_invalid_snapshot_raises_a_named_error(what, nodes, running):
+    f = fed([q("a", deserved=8)])
+    with pytest.raises(SnapshotError):
+        schedule(snapshot(f, running=running, nodes=nodes), 0)
+
+
+@pytest.mark.parametrize(
+    "what,j,field",
+    [
+        ("an unknown queue", job("x", "nope"), "queue"),
+        ("more GPUs per task than any node has", job("x", "a", gpus=9), "gpus_per_task"),
+        ("a fractional multi-GPU task", job("x", "a", gpus=1.5), "gpus_per_task"),
+        ("a gang above capability", job("x", "a", tasks=3, gpus=8), "tasks"),
+        ("a parent queue", job("x", "p"), "queue"),
+    ],
+)
+def test_jobs_that_can_never_run_are_rejected_at_submit(what, j, field):
+    f = fed([q("p", deserved=16), q("a", parent="p", deserved=16, capability=16)], [site("idc", count=4)])
+    with pytest.raises(JobRejected) as e:
+        check_job(f, j)
+    assert e.value.field == field
