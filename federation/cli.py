@@ -21,6 +21,8 @@ from federation.errors import ConfigError, FederationError
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Federate GPU capacity across an IDC and public clouds.")
 mig_app = typer.Typer(no_args_is_help=True, help="MIG profiles and partition planning.")
 app.add_typer(mig_app, name="mig")
+trace_app = typer.Typer(no_args_is_help=True, help="Job traces.")
+app.add_typer(trace_app, name="trace")
 err = Console(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Federation config (default: the embedded configs/local.yaml).")]
@@ -50,6 +52,88 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Config files to c
             continue
         err.print(f"{f}: valid ({len(fed.sites)} sites, {len(fed.queues)} queues)")
     raise typer.Exit(2 if bad else 0)
+
+
+@app.command()
+def simulate(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Federation config.")],
+    trace: Annotated[Path, typer.Option("--trace", help="Job trace (JSONL, or an openb pod CSV).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.json, events.jsonl, report.html.")],
+    trace_format: Annotated[str, typer.Option("--trace-format", help="jsonl or openb.")] = "jsonl",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    start: Annotated[str | None, typer.Option("--start", help="Wall-clock time of t=0 in the federation's timezone.")] = None,
+    qos_queue: Annotated[list[str] | None, typer.Option("--qos-queue", help="openb: QOS=QUEUE (e.g. LS=online, *=batch).")] = None,
+    skip_bad_lines: Annotated[bool, typer.Option("--skip-bad-lines", help="Skip malformed trace lines (counted in the report).")] = False,
+    no_html: Annotated[bool, typer.Option("--no-html", help="Skip report.html.")] = False,
+) -> None:
+    """Replay a trace through the real scheduling core on a virtual clock."""
+    from federation.simulation.engine import SimOptions
+    from federation.simulation.run import parse_start
+    from federation.simulation.run import simulate as run_sim
+
+    fed = load_config(config)
+    trace_obj = _read_trace(fed, trace, trace_format, qos_queue, skip_bad_lines)
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs done"), console=err, transient=True) as bar:
+        task = bar.add_task("sim", total=len(trace_obj.jobs))
+        opts = SimOptions(seed=seed, start=parse_start(start), progress=lambda t, done, total: bar.update(task, completed=done))
+        report, _ = run_sim(fed, trace_obj, out, opts, html=not no_html)
+    err.print(f"wrote {out}/report.json, events.jsonl{'' if no_html else ', report.html'} in {report['wall_s']} s")
+    print_json({k: report[k] for k in ("jobs", "wait_s", "gpu_utilization", "invariants")})
+
+
+def _read_trace(fed, path: Path, fmt: str, qos_queue: list[str] | None, skip_bad_lines: bool):
+    from federation.simulation.traces import read_jsonl, read_openb
+
+    if fmt == "jsonl":
+        return read_jsonl(path, fed, skip_bad_lines)
+    if fmt == "openb":
+        mapping = {}
+        for item in qos_queue or []:
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise FederationError(f"--qos-queue: {item!r} is not QOS=QUEUE")
+            mapping[k] = v
+        return read_openb(path, fed, mapping, skip_bad_lines)
+    raise FederationError(f"--trace-format: {fmt!r} is not jsonl or openb")
+
+
+@trace_app.command("generate")
+def trace_generate(
+    out: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
+    jobs: Annotated[int, typer.Option("--jobs")] = 1000,
+    days: Annotated[float, typer.Option("--days")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    pattern: Annotated[str, typer.Option("--pattern", help="tidal or uniform.")] = "tidal",
+    inference_queue: Annotated[str, typer.Option("--inference-queue")] = "online",
+    training_queue: Annotated[str, typer.Option("--training-queue")] = "research-nlp",
+    batch_queue: Annotated[str, typer.Option("--batch-queue")] = "batch",
+) -> None:
+    """Write a synthetic trace: a diurnal tide of inference by day, training and batch by night."""
+    from federation.simulation.traces import generate
+
+    if pattern not in ("tidal", "uniform"):
+        raise FederationError(f"--pattern: {pattern!r} is not tidal or uniform")
+    records = generate({"inference": inference_queue, "training": training_queue, "batch": batch_queue}, jobs=jobs, days=days, seed=seed, pattern=pattern)
+    out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    err.print(f"wrote {len(records)} jobs to {out}")
+
+
+@app.command()
+def compare(a: Annotated[Path, typer.Argument(help="A simulation output directory.")], b: Annotated[Path, typer.Argument(help="Another one.")]) -> None:
+    """Two simulation reports side by side (a what-if)."""
+    from federation.simulation.compare import compare_reports
+
+    Console().print(compare_reports(a, b))
+
+
+@app.command()
+def demo(config: ConfigOpt = None) -> None:
+    """The main job on the embedded default. (Until the Ray runtime lands: a short simulation.)"""
+    from federation.simulation.demo import run_demo
+
+    run_demo(load_config(config), Console())
 
 
 @mig_app.command("profiles")

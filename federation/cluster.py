@@ -53,12 +53,20 @@ class ClusterState:
         self.nodes: dict[str, NodeState] = {}
         self.groups: dict[tuple, dict[str, None]] = {}  # signature -> node names (ordered set)
         for n in nodes:
-            if n.name in self.nodes:
-                raise SnapshotError(f"node {n.name!r} appears twice in the snapshot")
-            st = NodeState(n)
-            self.nodes[n.name] = st
-            if n.schedulable:
-                self._index(st)
+            self.add_node(n)
+
+    def add_node(self, node: Node) -> None:
+        if node.name in self.nodes:
+            raise SnapshotError(f"node {node.name!r} is already in the cluster")
+        st = NodeState(node)
+        self.nodes[node.name] = st
+        if node.schedulable:
+            self._index(st)
+
+    def remove_node(self, name: str) -> None:
+        """Drop a node; whatever ran on it must have been released first."""
+        st = self.nodes.pop(name)
+        self._unindex(st)
 
     def _index(self, st: NodeState) -> None:
         st.sig = st.signature()

@@ -39,7 +39,7 @@ from federation.model import (
 from federation.placement import capacity_for, place_gang
 from federation.preemption import candidates, select_victims
 from federation.quota import QuotaTree
-from policies.placement import make_strategy, workload_mix
+from policies.placement import Strategy, make_strategy, workload_mix
 
 
 @dataclass(frozen=True)
@@ -55,25 +55,49 @@ class Snapshot:
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept from the last plan
 
 
-def schedule(snapshot: Snapshot, now: float) -> Plan:
-    return _Cycle(snapshot, now).run()
+@dataclass
+class CycleState:
+    """Free capacity and queue usage, kept by a caller that runs many cycles (the simulator).
+
+    It must match its snapshot (nodes, running jobs, effective queues). `schedule()` leaves it
+    matching the snapshot plus the plan's admissions, so the caller applies only what happens
+    next (finishes, stops, nodes), instead of rebuilding it from every node each cycle.
+    """
+
+    cluster: ClusterState
+    quota: QuotaTree
+    strategy: Strategy  # kept across cycles, so its per-state score cache is too
+
+    @staticmethod
+    def build(snap: Snapshot) -> CycleState:
+        cluster = ClusterState(snap.nodes)
+        cluster.apply_running(snap.running)
+        quota = QuotaTree(snap.queues or snap.federation.queues, node_capacity(snap.nodes))
+        for r in snap.running:
+            if r.spec.queue not in quota.queues:
+                raise SnapshotError(f"running job {r.spec.id} is in unknown queue {r.spec.queue!r}")
+            quota.add(r.spec.queue, r.usage)
+        mix = workload_mix([*snap.pending, *(r.spec for r in snap.running)])
+        return CycleState(cluster, quota, make_strategy(snap.federation.policies.placement.strategy, mix))
+
+
+def node_capacity(nodes) -> Resources:
+    return sum((Resources(n.gpus * GPU, n.cpu_milli, n.memory_mib) for n in nodes), Resources())
+
+
+def schedule(snapshot: Snapshot, now: float, state: CycleState | None = None) -> Plan:
+    """One cycle. With `state`, the caller's state is used and left with the admissions applied."""
+    return _Cycle(snapshot, now, state or CycleState.build(snapshot)).run()
 
 
 class _Cycle:
-    def __init__(self, snap: Snapshot, now: float):
+    def __init__(self, snap: Snapshot, now: float, state: CycleState):
         self.snap, self.now = snap, now
         fed = snap.federation
         self.policies = fed.policies
         # 1. build
-        self.cluster = ClusterState(snap.nodes)
-        self.cluster.apply_running(snap.running)
-        capacity = sum((Resources(n.gpus * GPU, n.cpu_milli, n.memory_mib) for n in snap.nodes), Resources())
-        self.quota = QuotaTree(snap.queues or fed.queues, capacity)
-        for r in snap.running:
-            if r.spec.queue not in self.quota.queues:
-                raise SnapshotError(f"running job {r.spec.id} is in unknown queue {r.spec.queue!r}")
-            self.quota.add(r.spec.queue, r.usage)
-        self.strategy = make_strategy(self.policies.placement.strategy, workload_mix([*snap.pending, *(r.spec for r in snap.running)]))
+        self.cluster, self.quota = state.cluster, state.quota
+        self.strategy = state.strategy
         self.site_order = [s.name for s in fed.sites if not s.is_cloud] + [s.name for s in fed.sites if s.is_cloud]
         self.running = list(snap.running)
         self.admissions: list[Admission] = []

@@ -146,3 +146,12 @@ def pack(spec: GpuMigSpec, counts: dict[str, int]) -> list[Instance] | None:
         return None
 
     return place(0, [], 0)
+
+
+def profile_gpu_milli(profile: str) -> int | None:
+    """A MIG instance's share of its GPU in milli-GPU (compute slices / the GPU's 7 or 4), for quota."""
+    for spec in CATALOG.values():
+        p = spec.profiles.get(profile)
+        if p is not None:
+            return round(1000 * p.compute / spec.compute_slices)
+    return None

@@ -1,0 +1,45 @@
+"""`fedctl compare`: two simulation reports side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from federation.errors import FederationError
+
+
+def load_report(d: Path) -> dict:
+    path = d / "report.json" if d.is_dir() else d
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FederationError(f"{path}: no report.json here; run fedctl simulate --out {d} first") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise FederationError(f"{path}: not a readable report ({e})") from None
+
+
+def flatten(doc: dict, prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in doc.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= flatten(v, key + ".")
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            out[key] = v
+    return out
+
+
+def compare_reports(a: Path, b: Path) -> Table:
+    fa, fb = flatten(load_report(a)), flatten(load_report(b))
+    table = Table(title=f"{a}  vs  {b}")
+    for col in ("figure", str(a), str(b), "change"):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for key in sorted(set(fa) | set(fb), key=lambda k: (k.split(".")[0], k)):
+        va, vb = fa.get(key), fb.get(key)
+        change = ""
+        if va is not None and vb is not None:
+            change = f"{vb - va:+.4g}" + (f" ({(vb - va) / va:+.0%})" if va else "")
+        table.add_row(key, "-" if va is None else f"{va:.6g}", "-" if vb is None else f"{vb:.6g}", change)
+    return table

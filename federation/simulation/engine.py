@@ -1,0 +1,407 @@
+"""The discrete-event simulator: the real scheduling core and policies on a virtual clock.
+
+Events (arrivals, finishes, grace-period stops, cloud nodes ready, spot interruptions,
+provisioning failures and timeouts, timers) are processed in time order; after the events of
+each instant, one scheduling cycle runs, exactly as the live controller would run it. All
+randomness (boot jitter, failures, interruptions) comes from one seeded generator, so the same
+inputs and seed give the same event stream, byte for byte.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from federation.cluster import ClusterState
+from federation.model import Federation, JobSpec, Node, Resources, RunningJob
+from federation.quota import QuotaTree
+from federation.scheduler import CycleState, Snapshot, node_capacity, schedule
+from federation.simulation.ledger import Ledger
+from federation.simulation.traces import Trace
+from policies import burst as burst_policy
+from policies.placement import make_strategy, workload_mix
+from policies.tidal import effective_burst, effective_queues, next_transition
+
+BLOCK_S = 600.0  # how long a (site, group) stays blocked after a capacity error or a timeout
+FAIL_AFTER_S = 30.0  # a failed provisioning request reports back after this long
+
+
+@dataclass
+class SimOptions:
+    seed: int = 0
+    start: datetime | None = None  # wall-clock time of t = 0 (default 2026-01-05T00:00, a Monday)
+    samples: int = 240  # points of the time series in the report
+    progress: Callable[[float, int, int], None] | None = None  # (t, done, total)
+
+
+@dataclass
+class JobRecord:
+    spec: JobSpec
+    duration_s: float
+    checkpoint_s: float | None
+    remaining_s: float
+    first_start_s: float | None = None
+    finish_s: float | None = None
+    preemptions: int = 0
+    attempt: int = 0
+    last_reason: str | None = None
+
+
+@dataclass
+class SimResult:
+    events: list[dict]
+    jobs: dict[str, JobRecord]
+    ledger: Ledger
+    samples: list[dict]
+    cloud: dict
+    skipped: int
+    end_s: float
+    queues: tuple[str, ...]
+    sites: dict[str, bool]  # site -> is cloud
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class Simulator:
+    def __init__(self, fed: Federation, trace: Trace, options: SimOptions | None = None):
+        self.fed, self.trace = fed, trace
+        self.opt = options or SimOptions()
+        self.rng = random.Random(self.opt.seed)
+        tz = ZoneInfo(fed.timezone)
+        start = self.opt.start or datetime(2026, 1, 5, 0, 0)
+        self.start = start.replace(tzinfo=tz) if start.tzinfo is None else start.astimezone(tz)
+        self.heap: list = []
+        self.seq = itertools.count()
+        self.events: list[dict] = []
+        self.jobs = {j.spec.id: JobRecord(j.spec, j.duration_s, j.checkpoint_interval_s, j.duration_s) for j in trace.jobs}
+        self.pending: dict[str, JobSpec] = {}
+        self.pending_since: dict[str, float] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.nodes: dict[str, Node] = {}
+        self.node_jobs: dict[str, set[str]] = {}
+        self.cloud: dict[str, dict] = {}  # cloud node -> {site, group, idle_since}
+        self.in_flight: dict[str, burst_policy.InFlight] = {}
+        self.blocked: dict[tuple[str, str], float] = {}
+        self.reservations: dict = {}
+        self.ledger = Ledger()
+        self.samples: list[dict] = []
+        self.cloud_stats = {"peak_nodes": 0, "scale_ups": 0, "scale_downs": 0}
+        self.req_ids = itertools.count(1)
+        self.reasons: dict[str, int] = {}
+        span = max((j.spec.submit_s + j.duration_s for j in trace.jobs), default=3600.0)
+        self.sample_every = max(60.0, span / max(1, self.opt.samples))
+        self.next_sample = 0.0
+        self.queues = fed.queues
+        self.state: CycleState | None = None
+        self.month, self.month_base_usd = (self.start.year, self.start.month), 0.0
+
+    # ---- plumbing ----
+
+    def push(self, t: float, kind: str, *payload) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), kind, payload))
+
+    def emit(self, t: float, type_: str, **fields) -> None:
+        self.events.append({"t": round(t, 3), "type": type_, **fields})
+
+    def local(self, t: float) -> datetime:
+        return self.start + timedelta(seconds=t)
+
+    # ---- the run ----
+
+    def run(self) -> SimResult:
+        for site in self.fed.sites:
+            for g in site.node_groups:
+                for i in range(g.count):
+                    self._node_up(0.0, Node(f"{site.name}/{g.name}-{i}", site.name, g.name, g.gpu_model, g.gpus_per_node,
+                                            g.node_resources.cpu_milli, g.node_resources.memory_mib, rack=f"{g.name}-rack-{i % g.racks}"))
+        self.queues = effective_queues(self.fed, self.local(0.0))
+        mix = workload_mix(j.spec for j in self.trace.jobs)  # FGD weighs fragmentation by the workload's mix
+        self.state = CycleState(ClusterState(self.nodes.values()), QuotaTree(self.queues, node_capacity(self.nodes.values())),
+                                make_strategy(self.fed.policies.placement.strategy, mix))
+        for j in self.trace.jobs:
+            self.push(j.spec.submit_s, "arrive", j.spec.id)
+        self._push_window_timer(0.0)
+        total, done, t = len(self.jobs), 0, 0.0
+        while self.heap:
+            t = self.heap[0][0]
+            self._sample_until(t)
+            while self.heap and self.heap[0][0] == t:
+                _, _, kind, payload = heapq.heappop(self.heap)
+                getattr(self, f"_on_{kind}")(t, *payload)
+            self._cycle(t)
+            if self.opt.progress:
+                done = sum(1 for r in self.jobs.values() if r.finish_s is not None)
+                self.opt.progress(t, done, total)
+        self.ledger.close(t)
+        self._sample_until(t + self.sample_every)
+        return SimResult(self.events, self.jobs, self.ledger, self.samples,
+                         {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
+                         tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons)
+
+    # ---- event handlers ----
+
+    def _on_arrive(self, t: float, job_id: str) -> None:
+        spec = self.jobs[job_id].spec
+        r = spec.per_task
+        self.emit(t, "submit", job=job_id, queue=spec.queue, tasks=spec.tasks, min_tasks=spec.min_tasks,
+                  gpu_milli_per_task=r.gpu_milli, cpu_milli_per_task=r.cpu_milli, memory_mib_per_task=r.memory_mib,
+                  mig_profile=spec.mig_profile, priority=spec.priority_class)
+        self.pending[job_id] = spec
+        self.pending_since[job_id] = t
+
+    def _on_finish(self, t: float, job_id: str, attempt: int) -> None:
+        rec = self.jobs[job_id]
+        if rec.attempt != attempt or job_id not in self.running:
+            return  # a stale finish of a run that was preempted
+        self._release(t, job_id)
+        rec.finish_s = t
+        rec.remaining_s = 0.0
+        self.emit(t, "finish", job=job_id)
+
+    def _on_stop(self, t: float, job_id: str, attempt: int, reason: str) -> None:
+        rec = self.jobs[job_id]
+        if rec.attempt != attempt or job_id not in self.running:
+            return
+        self._requeue(t, job_id, reason)
+
+    def _requeue(self, t: float, job_id: str, reason: str) -> None:
+        rec = self.jobs[job_id]
+        run = self.running[job_id]
+        ran = t - run.started_s
+        saved = (ran // rec.checkpoint_s) * rec.checkpoint_s if rec.checkpoint_s else 0.0
+        rec.remaining_s = max(0.0, rec.remaining_s - saved)
+        rec.attempt += 1
+        self._release(t, job_id)
+        self.emit(t, "requeue", job=job_id, reason=reason, lost_s=round(ran - saved, 3))
+        self.pending[job_id] = rec.spec
+        self.pending_since[job_id] = t
+
+    def _on_ready(self, t: float, req_id: str, index: int) -> None:
+        f = self.in_flight.get(req_id)
+        if f is None:
+            return  # timed out before it came up
+        g = self.fed.site(f.site).node_group(f.group)
+        name = f"{f.site}/{f.group}-r{req_id}-{index}"
+        node = Node(name, f.site, f.group, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib, rack=f"{f.group}-rack-0")
+        self._node_up(t, node, request=f)
+        self.state.cluster.add_node(node)
+        self.state.quota.capacity = node_capacity(self.nodes.values())
+        self._finish_request_part(req_id)
+        if g.spot and g.spot_interruptions_per_hour > 0:
+            self.push(t + self.rng.expovariate(g.spot_interruptions_per_hour / 3600), "interrupt", name)
+
+    def _finish_request_part(self, req_id: str) -> None:
+        f = self.in_flight[req_id]
+        if f.count <= 1:
+            del self.in_flight[req_id]
+        else:
+            self.in_flight[req_id] = replace(f, count=f.count - 1)
+
+    def _on_failed(self, t: float, req_id: str, index: int) -> None:
+        f = self.in_flight.get(req_id)
+        if f is None:
+            return
+        self.blocked[(f.site, f.group)] = t + BLOCK_S
+        self.emit(t, "provision_failed", site=f.site, node_group=f.group, reason="InsufficientCapacity")
+        self._finish_request_part(req_id)
+
+    def _on_timeout(self, t: float, req_id: str) -> None:
+        f = self.in_flight.pop(req_id, None)
+        if f is None:
+            return
+        self.blocked[(f.site, f.group)] = t + BLOCK_S
+        self.emit(t, "provision_timeout", site=f.site, node_group=f.group, count=f.count)
+
+    def _on_interrupt(self, t: float, node: str) -> None:
+        if node not in self.nodes:
+            return
+        for job_id in sorted(self.node_jobs.get(node, ())):
+            self._requeue(t, job_id, "SpotInterruption")
+        self.emit(t, "spot_interruption", site=self.nodes[node].site, node=node)
+        self._node_down(t, node)
+
+    def _on_timer(self, t: float, what: str) -> None:
+        if what == "window":
+            self._push_window_timer(t)
+
+    def _push_window_timer(self, t: float) -> None:
+        if not any(p.window for p in self.fed.policies.tidal):
+            return
+        nxt = next_transition(self.fed, self.local(t))
+        if nxt is not None:
+            self.push(max(t + 1, (nxt - self.start).total_seconds()), "timer", "window")
+
+    # ---- nodes and jobs ----
+
+    def _node_up(self, t: float, node: Node, request: burst_policy.InFlight | None = None) -> None:
+        self.nodes[node.name] = node
+        self.node_jobs[node.name] = set()
+        g = self.fed.site(node.site).node_group(node.node_group)
+        trigger = None
+        if request is not None:
+            trigger = self.jobs[request.jobs[0]].spec.queue if request.jobs else None
+            self.cloud[node.name] = {"site": node.site, "group": node.node_group, "idle_since": t}
+            self.cloud_stats["peak_nodes"] = max(self.cloud_stats["peak_nodes"], len(self.cloud))
+            self.push(t + self.fed.policies.burst.scale_in_idle_s, "timer", "idle")
+        self.ledger.node_up(t, node.name, node.site, node.gpus, request is not None, g.price_usd_per_hour, trigger,
+                            paid_since=request.requested_s if request else None)
+        self.emit(t, "node_up", site=node.site, node=node.name, gpus=node.gpus, gpu_model=node.gpu_model,
+                  cpu_milli=node.cpu_milli, memory_mib=node.memory_mib)
+
+    def _node_down(self, t: float, name: str) -> None:
+        node = self.nodes.pop(name)
+        self.node_jobs.pop(name, None)
+        self.cloud.pop(name, None)
+        self.state.cluster.remove_node(name)
+        self.state.quota.capacity = node_capacity(self.nodes.values())
+        self.ledger.node_down(t, name)
+        self.emit(t, "node_down", site=node.site, node=name)
+
+    def _release(self, t: float, job_id: str) -> None:
+        run = self.running.pop(job_id)
+        self.state.cluster.apply(run.spec, run.placements, -1)
+        self.state.quota.add(run.spec.queue, run.usage, -1)
+        for p in run.placements:
+            milli = p.gpu_milli if p.gpu_milli is not None else (run.spec.per_task.gpu_milli if p.mig else 1000 * len(p.gpus))
+            self.ledger.change(t, p.node, run.spec.queue, milli, run.spec.per_task.cpu_milli, -1)
+            jobs = self.node_jobs.get(p.node)
+            if jobs is not None:
+                jobs.discard(job_id)
+                if not jobs and p.node in self.cloud:
+                    self.cloud[p.node]["idle_since"] = t
+                    self.push(t + self.fed.policies.burst.scale_in_idle_s, "timer", "idle")
+
+    def _start(self, t: float, a) -> None:
+        spec = self.pending.pop(a.job_id)
+        self.pending_since.pop(a.job_id, None)
+        rec = self.jobs[a.job_id]
+        run = RunningJob(spec, a.site, a.placements, t)
+        self.running[a.job_id] = run
+        rec.first_start_s = t if rec.first_start_s is None else rec.first_start_s
+        placements = []
+        for p in a.placements:
+            d: dict = {"node": p.node, "gpus": list(p.gpus)}
+            if p.gpu_milli is not None:
+                d["gpu_milli"] = p.gpu_milli
+            if p.mig is not None:
+                d["mig"] = {"gpu": p.mig[0], "profile": p.mig[1], "start": p.mig[2]}
+            placements.append(d)
+            milli = p.gpu_milli if p.gpu_milli is not None else (spec.per_task.gpu_milli if p.mig else 1000 * len(p.gpus))
+            self.ledger.change(t, p.node, spec.queue, milli, spec.per_task.cpu_milli, 1)
+            self.node_jobs[p.node].add(a.job_id)
+            if p.node in self.cloud:
+                self.cloud[p.node]["idle_since"] = None
+        self.emit(t, "admit", job=a.job_id, site=a.site, placements=placements)
+        self.emit(t, "start", job=a.job_id)
+        # an elastic gang that started smaller runs proportionally longer
+        scale = spec.tasks / len(a.placements)
+        self.push(t + rec.remaining_s * scale, "finish", a.job_id, rec.attempt)
+
+    # ---- the cycle ----
+
+    def _cycle(self, t: float) -> None:
+        local = self.local(t)
+        queues = effective_queues(self.fed, local)
+        if queues != self.queues:
+            self.queues = queues
+            quota = QuotaTree(queues, node_capacity(self.nodes.values()))
+            for r in self.running.values():
+                quota.add(r.spec.queue, r.usage)
+            self.state.quota = quota
+        if not self.pending and not self.cloud and not self.in_flight:
+            return
+        snap = Snapshot(self.fed, tuple(self.nodes.values()), tuple(self.running.values()), tuple(self.pending.values()),
+                        queues, frozenset(j for f in self.in_flight.values() for j in f.jobs), self.reservations)
+        plan = schedule(snap, t, self.state)
+        self.reservations = plan.reservations
+        for a in plan.admissions:
+            self._start(t, a)
+        grace = self.fed.policies.preemption.grace_s
+        for p in plan.preemptions:
+            run = self.running[p.job_id]
+            self.running[p.job_id] = replace(run, preempting=True)
+            self.jobs[p.job_id].preemptions += 1
+            self.emit(t, "preempt", job=p.job_id, reason=p.reason, for_job=p.for_job)
+            self.push(t + grace, "stop", p.job_id, self.jobs[p.job_id].attempt, p.reason)
+        self._burst(t, local, plan)
+        for job_id, reason in plan.pending.items():
+            self.jobs[job_id].last_reason = reason.code
+
+    def _burst(self, t: float, local: datetime, plan) -> None:
+        self.blocked = {k: until for k, until in self.blocked.items() if until > t}
+        enabled, budget = effective_burst(self.fed, local)
+        if (local.year, local.month) != self.month:
+            self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
+        inp = burst_policy.BurstInputs(
+            requests=plan.capacity_requests,
+            pending_since=self.pending_since,
+            nodes=tuple(self._cloud_node(n, c) for n, c in self.cloud.items()),
+            in_flight=tuple(self.in_flight.values()),
+            blocked=frozenset(self.blocked),
+            enabled=enabled,
+            budget_usd_per_hour=budget,
+            month_spend_usd=self.ledger.total_cost - self.month_base_usd,
+        )
+        d = burst_policy.decide(self.fed, t, inp)
+        for job_id, (code, _) in d.reasons.items():
+            self.jobs[job_id].last_reason = code
+        if d.next_check_s is not None:
+            self.push(d.next_check_s, "timer", "burst")
+        for up in d.scale_up:
+            self._scale_up(t, up)
+        for name in d.release:
+            self.cloud_stats["scale_downs"] += 1
+            self._node_down(t, name)
+        if d.release:
+            self.push(t, "timer", "released")  # capacity changed: decide again at once
+
+    def _cloud_node(self, name: str, c: dict) -> burst_policy.CloudNode:
+        st = self.state.cluster.nodes[name]
+        free = Resources(st.free_gpu_milli, st.cpu_free, st.mem_free)
+        return burst_policy.CloudNode(name, c["site"], c["group"], bool(self.node_jobs.get(name)), c["idle_since"], free)
+
+    def _scale_up(self, t: float, up: burst_policy.ScaleUp) -> None:
+        g = self.fed.site(up.site).node_group(up.group)
+        site = self.fed.site(up.site)
+        failure_rate = getattr(site.provider, "failure_rate", 0.0)
+        req_id = str(next(self.req_ids))
+        self.in_flight[req_id] = burst_policy.InFlight(req_id, up.site, up.group, up.count, t, up.jobs)
+        self.cloud_stats["scale_ups"] += 1
+        self.emit(t, "scale_up", site=up.site, node_group=up.group, count=up.count, jobs=list(up.jobs))
+        timeout = self.fed.policies.burst.provisioning_timeout_s
+        for i in range(up.count):
+            if self.rng.random() < failure_rate:
+                self.push(t + FAIL_AFTER_S, "failed", req_id, i)
+                continue
+            ready = t + g.boot_s * self.rng.uniform(0.9, 1.25)
+            if ready - t > timeout:
+                self.push(t + timeout, "timeout", req_id)
+            else:
+                self.push(ready, "ready", req_id, i)
+
+    def _sample_until(self, t: float) -> None:
+        while self.next_sample <= t:
+            self.samples.append(self._sample(self.next_sample))
+            self.next_sample += self.sample_every
+
+    def _sample(self, t: float) -> dict:
+        site_gpus: dict[str, int] = {}
+        for n in self.nodes.values():
+            site_gpus[n.site] = site_gpus.get(n.site, 0) + n.gpus * 1000
+        site_alloc: dict[str, int] = {}
+        for r in self.running.values():
+            site_alloc[r.site] = site_alloc.get(r.site, 0) + r.usage.gpu_milli
+        pend: dict[str, float] = {}
+        for j in self.pending.values():
+            pend[j.queue] = pend.get(j.queue, 0.0) + j.request().gpu
+        return {
+            "t": t,
+            "util": {s: site_alloc.get(s, 0) / g for s, g in site_gpus.items() if g},
+            "pending_gpus": pend,
+            "cloud_nodes": len(self.cloud),
+            "spend_usd": self.ledger.total_cost,
+        }

@@ -1,0 +1,133 @@
+"""An independent checker: the invariants, recomputed from the event stream alone.
+
+It does not trust the scheduler's bookkeeping: it rebuilds node occupancy, queue usage and the
+pending set from `submit`, `node_up`, `admit`, `finish` and `requeue` events, and the quota
+rules from the config (with tidal windows applied at each event's time).
+
+- partial_gang_starts: admissions with fewer tasks than the gang (or its `min_tasks`), or
+  placements on a node of another site.
+- overcommitted_nodes: nodes whose GPUs (milli-GPU per index), MIG instances, CPU or memory
+  were ever handed out beyond what `node_up` said the node has.
+- capability_violations: admissions after which a queue (descendants included) used more GPU,
+  CPU or memory than its capability.
+- guarantee_violations_s: seconds during which a queue had pending work that fit inside its
+  unused guarantee, beyond the preemption grace period of each such episode.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from federation.model import Federation, Queue, Resources
+from policies.tidal import effective_queues
+
+
+def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]] | None = None) -> dict:
+    queues_at = queues_at or (lambda t: fed.queues)
+    parent = {q.name: q.parent for q in fed.queues}
+    grace = fed.policies.preemption.grace_s
+
+    def path(leaf: str) -> list[str]:
+        out = []
+        while leaf is not None:
+            out.append(leaf)
+            leaf = parent.get(leaf)
+        return out
+
+    nodes: dict[str, dict] = {}
+    gpu_used: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    mig_used: dict[str, set] = defaultdict(set)
+    cpu_used: dict[str, int] = defaultdict(int)
+    mem_used: dict[str, int] = defaultdict(int)
+    jobs: dict[str, dict] = {}
+    held: dict[str, list[dict]] = {}  # job -> its placements while it runs
+    usage: dict[str, Resources] = defaultdict(Resources)
+    pending: dict[str, set[str]] = defaultdict(set)  # leaf queue -> pending job ids
+    out = {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0}
+    over: set[str] = set()
+    episode: dict[str, float] = {}  # queue -> since when its guarantee has been unserved
+
+    def need(job: dict, tasks: int) -> Resources:
+        return Resources(job["gpu_milli_per_task"] * tasks, job["cpu_milli_per_task"] * tasks, job["memory_mib_per_task"] * tasks)
+
+    def take(job: dict, placements: list[dict], sign: int) -> None:
+        for p in placements:
+            n = p["node"]
+            if p.get("mig"):
+                key = (p["mig"]["gpu"], p["mig"]["profile"], p["mig"]["start"])
+                if sign > 0 and key in mig_used[n]:
+                    over.add(n)
+                (mig_used[n].add if sign > 0 else mig_used[n].discard)(key)
+            else:
+                for g in p["gpus"]:
+                    gpu_used[n][g] += sign * p.get("gpu_milli", 1000)
+                    if g >= nodes.get(n, {}).get("gpus", 0) or gpu_used[n][g] > 1000:
+                        over.add(n)
+            cpu_used[n] += sign * job["cpu_milli_per_task"]
+            mem_used[n] += sign * job["memory_mib_per_task"]
+            if n not in nodes or cpu_used[n] > nodes[n]["cpu_milli"] or mem_used[n] > nodes[n]["memory_mib"]:
+                over.add(n)
+
+    def guarantees(t: float) -> None:
+        qs = {q.name: q for q in queues_at(t)}
+        for q in qs.values():
+            unserved = False
+            free = (q.guarantee - usage[q.name]).clip0()
+            if free.gpu_milli or free.cpu_milli or free.memory_mib:
+                for leaf, ids in pending.items():
+                    if q.name in path(leaf) and any(need(jobs[j], jobs[j]["min_tasks"] or jobs[j]["tasks"]).fits_in(free) for j in ids):
+                        unserved = True
+                        break
+            if unserved and q.name not in episode:
+                episode[q.name] = t
+            elif not unserved and q.name in episode:
+                out["guarantee_violations_s"] += max(0.0, t - episode.pop(q.name) - grace)
+
+    last_t = 0.0
+    for e in events:
+        t, kind = e["t"], e["type"]
+        if t != last_t:
+            guarantees(last_t)
+            last_t = t
+        if kind == "node_up":
+            nodes[e["node"]] = {"site": e["site"], "gpus": e["gpus"], "cpu_milli": e.get("cpu_milli", 1 << 60), "memory_mib": e.get("memory_mib", 1 << 60)}
+        elif kind == "node_down":
+            nodes.pop(e["node"], None)
+        elif kind == "submit":
+            jobs[e["job"]] = e
+            pending[e["queue"]].add(e["job"])
+        elif kind == "admit":
+            job = jobs[e["job"]]
+            placements = e["placements"]
+            if len(placements) < (job["min_tasks"] or job["tasks"]) or any(nodes.get(p["node"], {}).get("site") != e["site"] for p in placements):
+                out["partial_gang_starts"] += 1
+            take(job, placements, 1)
+            held[e["job"]] = placements
+            pending[job["queue"]].discard(e["job"])
+            r = need(job, len(placements))
+            qs = {q.name: q for q in queues_at(t)}
+            for a in path(job["queue"]):
+                usage[a] = usage[a] + r
+                if not usage[a].fits_in(qs[a].capability):
+                    out["capability_violations"] += 1
+        elif kind in ("finish", "requeue"):
+            job = jobs[e["job"]]
+            placements = held.pop(e["job"])
+            take(job, placements, -1)
+            for a in path(job["queue"]):
+                usage[a] = usage[a] - need(job, len(placements))
+            if kind == "requeue":
+                pending[job["queue"]].add(e["job"])
+    guarantees(last_t)
+    for since in episode.values():
+        out["guarantee_violations_s"] += max(0.0, last_t - since - grace)
+    out["overcommitted_nodes"] = len(over)
+    out["guarantee_violations_s"] = round(out["guarantee_violations_s"], 3)
+    return out
+
+
+def tidal_queues(fed: Federation, start: datetime) -> Callable[[float], tuple[Queue, ...]]:
+    """The effective queues at virtual time t, for a run whose t = 0 is `start`."""
+    return lambda t: effective_queues(fed, start + timedelta(seconds=t))

@@ -1,0 +1,193 @@
+"""The burst policy: when to ask a cloud site for nodes, which, how many, and when to give them back.
+
+Pure: the caller (simulator or live controller) passes what it knows (capacity requests from
+the core's plan, cloud nodes and in-flight requests, spend so far, blocked options) and gets
+decisions back. Rules, in order:
+- only queues with `burst: true`, only after a job has waited `pending_wait_s`;
+- the site and node group: among cloud groups that can hold a task of the gang and are not
+  blocked, cheapest first (`order: cheapest`, by the price of the nodes needed) or as listed;
+- the fewest nodes that fit the waiting gangs (gangs choosing the same group share new nodes);
+- never above `max_nodes`, never above the hourly budget (nodes running or booting, at their
+  price) nor once the month's spend reached the monthly budget;
+- an idle node is released after `scale_in_idle_s`; never a node with work on it, never below
+  `min_nodes`.
+Capacity errors and timeouts block a (site, group) for a while; the next cycle then fails over
+to the next option (spot -> the group's fallback, then other groups and sites).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from federation.cluster import NodeState, tasks_that_fit
+from federation.feasibility import group_fits
+from federation.model import CapacityRequest, Federation, JobSpec, Node, NodeGroup, Resources
+
+
+@dataclass(frozen=True)
+class CloudNode:
+    name: str
+    site: str
+    group: str
+    busy: bool
+    idle_since_s: float | None  # when it last became idle (None while busy)
+    free: Resources = Resources()  # what it has free now, for gangs that can use it
+
+
+@dataclass(frozen=True)
+class InFlight:
+    request_id: str
+    site: str
+    group: str
+    count: int
+    requested_s: float
+    jobs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BurstInputs:
+    requests: tuple[CapacityRequest, ...]
+    pending_since: dict[str, float]  # job id -> when it (last) became pending
+    nodes: tuple[CloudNode, ...]
+    in_flight: tuple[InFlight, ...]
+    blocked: frozenset[tuple[str, str]]  # (site, group) not to be asked now
+    enabled: bool
+    budget_usd_per_hour: float
+    month_spend_usd: float
+
+
+@dataclass(frozen=True)
+class ScaleUp:
+    site: str
+    group: str
+    count: int
+    jobs: tuple[str, ...]
+
+
+@dataclass
+class BurstDecision:
+    scale_up: list[ScaleUp] = field(default_factory=list)
+    release: list[str] = field(default_factory=list)  # node names
+    reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # job id -> (code, message)
+    next_check_s: float | None = None  # the earliest time a waiting job becomes eligible
+
+
+def _group(fed: Federation, site: str, group: str) -> NodeGroup:
+    return fed.site(site).node_group(group)
+
+
+def tasks_per_node(g: NodeGroup, job: JobSpec) -> int:
+    r = g.node_resources
+    empty = NodeState(Node("probe", g.site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib))
+    return tasks_that_fit(job, empty, job.tasks)
+
+
+def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
+    pol = fed.policies.burst
+    out = BurstDecision()
+    covered = {j for f in inp.in_flight for j in f.jobs}
+    burn = sum(_group(fed, n.site, n.group).price_usd_per_hour for n in inp.nodes)
+    burn += sum(_group(fed, f.site, f.group).price_usd_per_hour * f.count for f in inp.in_flight)
+    used = {}
+    for n in inp.nodes:
+        used[(n.site, n.group)] = used.get((n.site, n.group), 0) + 1
+    for f in inp.in_flight:
+        used[(f.site, f.group)] = used.get((f.site, f.group), 0) + f.count
+    month_left = pol.budget_usd_per_month is None or inp.month_spend_usd < pol.budget_usd_per_month
+    # free capacity per group, existing nodes first, then the new ones: gangs share them
+    opened: dict[tuple[str, str], list[Resources]] = {}
+    for n in inp.nodes:
+        opened.setdefault((n.site, n.group), []).append(n.free)
+    existing = {k: len(v) for k, v in opened.items()}
+    plans: dict[tuple[str, str], list[str]] = {}
+    for req in inp.requests:
+        queue = fed.queue(req.queue)
+        if not (inp.enabled and queue.burst) or req.job_id in covered:
+            continue
+        since = inp.pending_since.get(req.job_id, req.waiting_since_s)
+        if now - since < pol.pending_wait_s:
+            due = since + pol.pending_wait_s
+            out.next_check_s = due if out.next_check_s is None else min(out.next_check_s, due)
+            continue
+        job = JobSpec(req.job_id, req.queue, req.tasks, req.per_task, since, gpu_models=req.gpu_models)
+        options = _options(fed, job, queue.sites, inp.blocked)
+        if not options:
+            out.reasons[req.job_id] = ("NoBurstOption", "no cloud node group that can hold this gang is available now")
+            continue
+        if not month_left:
+            out.reasons[req.job_id] = ("BurstBudgetExhausted", f"this month's cloud spend {inp.month_spend_usd:.0f} USD reached budget_usd_per_month")
+            continue
+        placed = False
+        for g, per_node in options:
+            key = (g.site, g.name)
+            filled = _fill(opened.get(key, []), g, job, per_node)
+            extra = len(filled) - len(opened.get(key, []))
+            if used.get(key, 0) + extra > g.max_nodes:
+                continue
+            if burn + extra * g.price_usd_per_hour > inp.budget_usd_per_hour:
+                out.reasons[req.job_id] = ("BurstBudgetExhausted", f"{extra} more node(s) of {g.name} would pass budget_usd_per_hour {inp.budget_usd_per_hour:g} (now {burn:.2f})")
+                continue
+            opened[key] = filled
+            used[key] = used.get(key, 0) + extra
+            burn += extra * g.price_usd_per_hour
+            plans.setdefault(key, []).append(req.job_id)
+            out.reasons.pop(req.job_id, None)
+            placed = True
+            break
+        if not placed and req.job_id not in out.reasons:
+            out.reasons[req.job_id] = ("BurstCapacityExhausted", "every cloud node group that fits this gang is at max_nodes")
+    for (site, group), jobs in plans.items():
+        count = len(opened[(site, group)]) - existing.get((site, group), 0)
+        if count:
+            out.scale_up.append(ScaleUp(site, group, count, tuple(jobs)))
+    out.release = _idle_to_release(fed, now, inp)
+    return out
+
+
+def _options(fed: Federation, job: JobSpec, queue_sites, blocked) -> list[tuple[NodeGroup, int]]:
+    opts = []
+    for s in fed.sites:
+        if queue_sites is not None and s.name not in queue_sites:
+            continue
+        for g in s.node_groups:
+            if not g.elastic or (s.name, g.name) in blocked or not group_fits(g, job.per_task, job.gpu_models, job.mig_profile):
+                continue
+            per_node = tasks_per_node(g, job)
+            if per_node:
+                opts.append((g, per_node))
+    if fed.policies.burst.order == "cheapest":
+        opts.sort(key=lambda o: math.ceil((job.min_tasks or job.tasks) / o[1]) * o[0].price_usd_per_hour)
+    return opts
+
+
+def _fill(free: list[Resources], g: NodeGroup, job: JobSpec, per_node: int) -> list[Resources]:
+    """The new nodes' free capacity after first-fit of the gang into them, adding nodes as needed."""
+    out = list(free)
+    left = job.min_tasks or job.tasks
+    for i in range(len(out)):
+        while left and job.per_task.fits_in(out[i]):
+            out[i] = out[i] - job.per_task
+            left -= 1
+    while left:
+        n = min(per_node, left)
+        out.append(g.node_resources - job.per_task.times(n))
+        left -= n
+    return out
+
+
+def _idle_to_release(fed: Federation, now: float, inp: BurstInputs) -> list[str]:
+    idle_s = fed.policies.burst.scale_in_idle_s
+    count: dict[tuple[str, str], int] = {}
+    for n in inp.nodes:
+        count[(n.site, n.group)] = count.get((n.site, n.group), 0) + 1
+    out = []
+    for n in sorted(inp.nodes, key=lambda n: (n.idle_since_s or 0, n.name)):
+        g = _group(fed, n.site, n.group)
+        if n.busy or n.idle_since_s is None or now - n.idle_since_s < idle_s:
+            continue
+        if count[(n.site, n.group)] <= g.min_nodes:
+            continue
+        count[(n.site, n.group)] -= 1
+        out.append(n.name)
+    return out
