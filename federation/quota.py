@@ -165,14 +165,24 @@ class QuotaTree:
         """The queue or one of its ancestors uses more than its deserved share."""
         return any(not self.within_deserved(a) for a in self._paths[leaf])
 
+    def borrows(self, leaf: str, r: Resources) -> bool:
+        """Would adding `r` take `leaf` or an ancestor above its deserved share? (cheap)"""
+        rg, rc, rm = r.gpu_milli, r.cpu_milli, r.memory_mib
+        for a in self._paths[leaf]:
+            u, d = self.usage[a], self.queues[a].deserved
+            if u.gpu_milli + rg > d.gpu_milli or u.cpu_milli + rc > d.cpu_milli or u.memory_mib + rm > d.memory_mib:
+                return True
+        return False
+
     def share(self, name: str, extra: Resources = ZERO) -> float:
         """Weighted dominant-resource share of what `name` borrows (0 when within deserved)."""
-        q = self.queues[name]
-        over = (self.usage[name] + extra - q.deserved).clip0()
+        q, u, cap = self.queues[name], self.usage[name], self.capacity
         s = 0.0
-        for used, cap in zip(over.as_tuple(), self.capacity.as_tuple(), strict=True):
-            if used and cap:
-                s = max(s, used / cap)
+        for used, des, total in ((u.gpu_milli + extra.gpu_milli, q.deserved.gpu_milli, cap.gpu_milli),
+                                 (u.cpu_milli + extra.cpu_milli, q.deserved.cpu_milli, cap.cpu_milli),
+                                 (u.memory_mib + extra.memory_mib, q.deserved.memory_mib, cap.memory_mib)):
+            if used > des and total:
+                s = max(s, (used - des) / total)
         return s / q.weight
 
     def order_key(self, leaf: str, r: Resources) -> tuple[float, ...]:

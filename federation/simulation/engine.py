@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 from federation.cluster import ClusterState
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob
 from federation.quota import QuotaTree
-from federation.scheduler import CycleState, Snapshot, node_capacity, schedule
+from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
 from federation.simulation.ledger import Ledger
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
@@ -98,6 +98,10 @@ class Simulator:
         self.queues = fed.queues
         self.state: CycleState | None = None
         self.month, self.month_base_usd = (self.start.year, self.start.month), 0.0
+        # A full cycle looks at every pending job; after only arrivals, the jobs that failed
+        # last cycle would fail the same way (nothing was freed), so only the new ones are looked at.
+        self.dirty = True
+        self.new_pending: set[str] = set()
 
     # ---- plumbing ----
 
@@ -132,6 +136,7 @@ class Simulator:
             while self.heap and self.heap[0][0] == t:
                 _, _, kind, payload = heapq.heappop(self.heap)
                 getattr(self, f"_on_{kind}")(t, *payload)
+                self.dirty |= kind != "arrive"
             self._cycle(t)
             if self.opt.progress:
                 done = sum(1 for r in self.jobs.values() if r.finish_s is not None)
@@ -152,6 +157,7 @@ class Simulator:
                   mig_profile=spec.mig_profile, priority=spec.priority_class)
         self.pending[job_id] = spec
         self.pending_since[job_id] = t
+        self.new_pending.add(job_id)
 
     def _on_finish(self, t: float, job_id: str, attempt: int) -> None:
         rec = self.jobs[job_id]
@@ -225,7 +231,8 @@ class Simulator:
         self._node_down(t, node)
 
     def _on_timer(self, t: float, what: str) -> None:
-        if what == "window":
+        # windows recur forever: keep following them only while there is work left
+        if what == "window" and (self.heap or self.pending or self.running or self.in_flight):
             self._push_window_timer(t)
 
     def _push_window_timer(self, t: float) -> None:
@@ -312,12 +319,16 @@ class Simulator:
             for r in self.running.values():
                 quota.add(r.spec.queue, r.usage)
             self.state.quota = quota
+            self.dirty = True
         if not self.pending and not self.cloud and not self.in_flight:
             return
-        snap = Snapshot(self.fed, tuple(self.nodes.values()), tuple(self.running.values()), tuple(self.pending.values()),
+        pending = incremental_pending(self.pending, self.new_pending, self.reservations, full=self.dirty)
+        self.new_pending = set()
+        snap = Snapshot(self.fed, tuple(self.nodes.values()), tuple(self.running.values()), pending,
                         queues, frozenset(j for f in self.in_flight.values() for j in f.jobs), self.reservations)
         plan = schedule(snap, t, self.state)
         self.reservations = plan.reservations
+        self.dirty = bool(plan.admissions or plan.preemptions)
         for a in plan.admissions:
             self._start(t, a)
         grace = self.fed.policies.preemption.grace_s
@@ -353,6 +364,7 @@ class Simulator:
             self.push(d.next_check_s, "timer", "burst")
         for up in d.scale_up:
             self._scale_up(t, up)
+        self.dirty |= bool(d.scale_up)
         for name in d.release:
             self.cloud_stats["scale_downs"] += 1
             self._node_down(t, name)

@@ -10,8 +10,8 @@ rules from the config (with tidal windows applied at each event's time).
   were ever handed out beyond what `node_up` said the node has.
 - capability_violations: admissions after which a queue (descendants included) used more GPU,
   CPU or memory than its capability.
-- guarantee_violations_s: seconds during which a queue had pending work that fit inside its
-  unused guarantee, beyond the preemption grace period of each such episode.
+- guarantee_violations_s: for each pending job, the seconds it waited while it fit inside the
+  unused guarantee of its queue (or an ancestor's), beyond the preemption grace period; summed.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
     pending: dict[str, set[str]] = defaultdict(set)  # leaf queue -> pending job ids
     out = {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0}
     over: set[str] = set()
-    episode: dict[str, float] = {}  # queue -> since when its guarantee has been unserved
+    spell: dict[str, float] = {}  # pending job -> since when it has fit inside an unused guarantee
 
     def need(job: dict, tasks: int) -> Resources:
         return Resources(job["gpu_milli_per_task"] * tasks, job["cpu_milli_per_task"] * tasks, job["memory_mib_per_task"] * tasks)
@@ -71,19 +71,20 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
                 over.add(n)
 
     def guarantees(t: float) -> None:
+        """Start or end each pending job's spell of fitting inside its queues' unused guarantee."""
         qs = {q.name: q for q in queues_at(t)}
-        for q in qs.values():
-            unserved = False
-            free = (q.guarantee - usage[q.name]).clip0()
-            if free.gpu_milli or free.cpu_milli or free.memory_mib:
-                for leaf, ids in pending.items():
-                    if q.name in path(leaf) and any(need(jobs[j], jobs[j]["min_tasks"] or jobs[j]["tasks"]).fits_in(free) for j in ids):
-                        unserved = True
-                        break
-            if unserved and q.name not in episode:
-                episode[q.name] = t
-            elif not unserved and q.name in episode:
-                out["guarantee_violations_s"] += max(0.0, t - episode.pop(q.name) - grace)
+        for leaf, ids in pending.items():
+            frees = [(qs[a].guarantee - usage[a]).clip0() for a in path(leaf)]
+            for j in ids:
+                r = need(jobs[j], jobs[j]["min_tasks"] or jobs[j]["tasks"])
+                fits = any(r.fits_in(f) and (r.gpu_milli or r.cpu_milli or r.memory_mib) for f in frees)
+                if fits and j not in spell:
+                    spell[j] = t
+                elif not fits and j in spell:
+                    end_spell(j, t)
+
+    def end_spell(j: str, t: float) -> None:
+        out["guarantee_violations_s"] += max(0.0, t - spell.pop(j) - grace)
 
     last_t = 0.0
     for e in events:
@@ -106,6 +107,8 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
             take(job, placements, 1)
             held[e["job"]] = placements
             pending[job["queue"]].discard(e["job"])
+            if e["job"] in spell:
+                end_spell(e["job"], t)
             r = need(job, len(placements))
             qs = {q.name: q for q in queues_at(t)}
             for a in path(job["queue"]):
@@ -121,8 +124,8 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
             if kind == "requeue":
                 pending[job["queue"]].add(e["job"])
     guarantees(last_t)
-    for since in episode.values():
-        out["guarantee_violations_s"] += max(0.0, last_t - since - grace)
+    for j in list(spell):
+        end_spell(j, last_t)
     out["overcommitted_nodes"] = len(over)
     out["guarantee_violations_s"] = round(out["guarantee_violations_s"], 3)
     return out
