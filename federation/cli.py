@@ -171,10 +171,10 @@ def main() -> None:
         code = app(standalone_mode=False)  # click returns the exit code instead of exiting
     except ConfigError as e:
         for p in e.problems:
-            err.print(str(p), markup=False, highlight=False)
+            print(p, file=sys.stderr)
         sys.exit(2)
     except FederationError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -188,7 +188,7 @@ def main() -> None:
     except Exception as e:  # the last line of defence: no traceback reaches a user
         if os.environ.get("FEDCTL_DEBUG"):
             raise
-        err.print(f"internal error: {type(e).__name__}: {e} (set FEDCTL_DEBUG=1 for the traceback)", markup=False, highlight=False)
+        print(f"internal error: {type(e).__name__}: {e} (set FEDCTL_DEBUG=1 for the traceback)", file=sys.stderr)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

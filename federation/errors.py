@@ -38,7 +38,7 @@ class JobRejected(FederationError):
     """A job that can never run (unknown queue, larger than any node, ...)."""
 
     def __init__(self, job_id: str, field: str, message: str):
-        self.job_id, self.field = job_id, field
+        self.job_id, self.field, self.message = job_id, field, message
         super().__init__(f"job {job_id}: {field}: {message}")
 
 

@@ -31,6 +31,7 @@ from federation.model import UNLIMITED, ZERO, Queue, Resources
 class Verdict:
     ok: bool
     borrowing: bool = False
+    pool: bool = False  # refused only because others' guarantees hold the rest of the capacity
     code: str = ""  # ExceedsCapability | WaitingForQuota when not ok
     message: str = ""
     free: Resources | None = None  # headroom at the binding level
@@ -125,7 +126,7 @@ class QuotaTree:
         # beyond the nodes' capacity it is the placement's call (wait, reclaim, burst).
         physical = (self.root_usage + r).fits_in(self.capacity)
         if physical and not self._root_held_after(leaf, r).fits_in(self.capacity):
-            return Verdict(False, borrowing=borrowing, code="WaitingForQuota",
+            return Verdict(False, borrowing=borrowing, pool=True, code="WaitingForQuota",
                            message="the federation's capacity is held by other queues' usage and guarantees",
                            free=(self.capacity - self.root_held).clip0())
         return Verdict(True, borrowing=borrowing)

@@ -182,6 +182,8 @@ class _Cycle:
             self.pending[job.id] = reason
             if not entitled:
                 self.failed[qkey] = reason
+            if verdict.pool:  # more nodes would let it in: burst may add them
+                self._request_capacity(job)
             return
         pkey = (job.queue, tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile, job.priority)
         reason = self.failed.get(pkey)
@@ -200,6 +202,9 @@ class _Cycle:
         if job.id in self.snap.burst_in_flight:
             reason = PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
         self.pending[job.id] = reason
+        self._request_capacity(job)
+
+    def _request_capacity(self, job: JobSpec) -> None:
         if self.quota.queues[job.queue].burst and self.policies.burst.enabled:
             self.requests.append(CapacityRequest(job.id, job.queue, job.min_tasks or job.tasks, job.per_task, job.gpu_models, job.submit_s))
 

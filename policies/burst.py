@@ -24,6 +24,8 @@ from federation.cluster import NodeState, tasks_that_fit
 from federation.feasibility import group_fits
 from federation.model import CapacityRequest, Federation, JobSpec, Node, NodeGroup, Resources
 
+EPS_S = 1e-6  # timers fire at `since + wait`, which float addition may land a hair short of
+
 
 @dataclass(frozen=True)
 class CloudNode:
@@ -106,8 +108,8 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
         if not (inp.enabled and queue.burst) or req.job_id in covered:
             continue
         since = inp.pending_since.get(req.job_id, req.waiting_since_s)
-        if now - since < pol.pending_wait_s:
-            due = since + pol.pending_wait_s
+        due = since + pol.pending_wait_s
+        if now < due - EPS_S:
             out.next_check_s = due if out.next_check_s is None else min(out.next_check_s, due)
             continue
         job = JobSpec(req.job_id, req.queue, req.tasks, req.per_task, since, gpu_models=req.gpu_models)
@@ -184,7 +186,7 @@ def _idle_to_release(fed: Federation, now: float, inp: BurstInputs) -> list[str]
     out = []
     for n in sorted(inp.nodes, key=lambda n: (n.idle_since_s or 0, n.name)):
         g = _group(fed, n.site, n.group)
-        if n.busy or n.idle_since_s is None or now - n.idle_since_s < idle_s:
+        if n.busy or n.idle_since_s is None or now < n.idle_since_s + idle_s - EPS_S:
             continue
         if count[(n.site, n.group)] <= g.min_nodes:
             continue

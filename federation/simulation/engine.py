@@ -338,9 +338,9 @@ class Simulator:
             self.jobs[p.job_id].preemptions += 1
             self.emit(t, "preempt", job=p.job_id, reason=p.reason, for_job=p.for_job)
             self.push(t + grace, "stop", p.job_id, self.jobs[p.job_id].attempt, p.reason)
-        self._burst(t, local, plan)
         for job_id, reason in plan.pending.items():
             self.jobs[job_id].last_reason = reason.code
+        self._burst(t, local, plan)  # its reasons (budget, no option) refine the core's
 
     def _burst(self, t: float, local: datetime, plan) -> None:
         self.blocked = {k: until for k, until in self.blocked.items() if until > t}

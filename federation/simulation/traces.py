@@ -147,7 +147,7 @@ def read_openb(path: str | Path, fed: Federation, qos_queues: dict[str, str] | N
             except (KeyError, ValueError) as e:
                 problems.append(f"{path}:{n}: {e}: not a valid openb row")
             except JobRejected as e:
-                problems.append(f"{path}:{n}: {e.field}: {e}")
+                problems.append(f"{path}:{n}: {e.field}: {e.message}")
     if problems and not skip_bad_lines:
         raise TraceError(problems[:20] + [f"... {len(problems)} problems in all" if len(problems) > 20 else "(pass --skip-bad-lines to skip and count them)"])
     return Trace(sorted(jobs, key=lambda j: (j.spec.submit_s, j.spec.id)), skipped + problems)
