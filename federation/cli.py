@@ -23,6 +23,8 @@ mig_app = typer.Typer(no_args_is_help=True, help="MIG profiles and partition pla
 app.add_typer(mig_app, name="mig")
 trace_app = typer.Typer(no_args_is_help=True, help="Job traces.")
 app.add_typer(trace_app, name="trace")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in benchmarks/README.md).")
+app.add_typer(bench_app, name="bench")
 err = Console(stderr=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Federation config (default: the embedded configs/local.yaml).")]
@@ -134,6 +136,22 @@ def demo(config: ConfigOpt = None) -> None:
     from federation.simulation.demo import run_demo
 
     run_demo(load_config(config), Console())
+
+
+@bench_app.command("scale")
+def bench_scale(
+    jobs: Annotated[int, typer.Option("--jobs", help="Pending gangs at the start.")] = 50_000,
+    nodes: Annotated[int, typer.Option("--nodes", help="Nodes of 8 GPUs, over 3 sites.")] = 10_000,
+    rounds: Annotated[int, typer.Option("--rounds", help="Incremental cycles of 100 new jobs.")] = 30,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The scheduling core at scale: admissions per second and incremental cycle time."""
+    from federation.bench.scale import run
+
+    result = run(pending_jobs=jobs, nodes=nodes, rounds=rounds, seed=seed, log=lambda m: err.print(m))
+    if as_json:
+        print_json(result)
 
 
 @mig_app.command("profiles")

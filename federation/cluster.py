@@ -18,7 +18,7 @@ GPU = 1000  # milli-GPU in one GPU
 
 
 class NodeState:
-    __slots__ = ("node", "gpu_free", "cpu_free", "mem_free", "mig_free", "sig")
+    __slots__ = ("node", "gpu_free", "cpu_free", "mem_free", "mig_free", "sig", "fit_key")
 
     def __init__(self, node: Node):
         self.node = node
@@ -28,12 +28,12 @@ class NodeState:
         self.cpu_free = node.cpu_milli
         self.mem_free = node.memory_mib
         self.mig_free: dict[tuple[int, str, int], None] = dict.fromkeys(_mig_instances(node))  # ordered set
-        self.sig: tuple = ()
+        self.sig = -1  # interned (site, rack, free state); set by ClusterState
+        self.fit_key = -1  # interned free state alone: what decides which tasks fit
 
-    def signature(self) -> tuple:
-        n = self.node
-        return (n.site, n.gpu_model, n.rack, tuple(sorted(self.gpu_free)), self.cpu_free, self.mem_free,
-                tuple(sorted((p for _, p, _ in self.mig_free))))
+    def free_state(self) -> tuple:
+        return (self.node.gpu_model, tuple(sorted(self.gpu_free)), self.cpu_free, self.mem_free,
+                tuple(sorted(p for _, p, _ in self.mig_free)))
 
     @property
     def free_gpu_milli(self) -> int:
@@ -51,7 +51,10 @@ def _mig_instances(node: Node) -> list[tuple[int, str, int]]:
 class ClusterState:
     def __init__(self, nodes: Iterable[Node]):
         self.nodes: dict[str, NodeState] = {}
-        self.groups: dict[tuple, dict[str, None]] = {}  # signature -> node names (ordered set)
+        self.groups: dict[int, dict[str, None]] = {}  # signature -> node names (ordered set)
+        self.site_groups: dict[str, dict[int, None]] = {}  # site -> its signatures
+        self.fit_cache: dict[tuple, int] = {}  # (free state, task shape) -> tasks that fit; a pure function
+        self._ids: dict[tuple, int] = {}  # interned signatures and free states (hashed once)
         for n in nodes:
             self.add_node(n)
 
@@ -68,9 +71,21 @@ class ClusterState:
         st = self.nodes.pop(name)
         self._unindex(st)
 
+    def _intern(self, key: tuple) -> int:
+        i = self._ids.get(key)
+        if i is None:
+            i = self._ids[key] = len(self._ids)
+        return i
+
     def _index(self, st: NodeState) -> None:
-        st.sig = st.signature()
-        self.groups.setdefault(st.sig, {})[st.node.name] = None
+        free = st.free_state()
+        st.fit_key = self._intern(free)
+        st.sig = self._intern((st.node.site, st.node.rack, st.fit_key))
+        group = self.groups.get(st.sig)
+        if group is None:
+            group = self.groups[st.sig] = {}
+            self.site_groups.setdefault(st.node.site, {})[st.sig] = None
+        group[st.node.name] = None
 
     def _unindex(self, st: NodeState) -> None:
         group = self.groups.get(st.sig)
@@ -78,15 +93,14 @@ class ClusterState:
             group.pop(st.node.name, None)
             if not group:
                 del self.groups[st.sig]
+                del self.site_groups[st.node.site][st.sig]
 
     def representatives(self, sites: set[str] | None = None) -> Iterator[NodeState]:
-        """One schedulable node per distinct free state (the first by name order of insertion)."""
-        for sig, names in self.groups.items():
-            if sites is None or sig[0] in sites:
-                yield self.nodes[next(iter(names))]
-
-    def members(self, st: NodeState) -> list[NodeState]:
-        return [self.nodes[n] for n in self.groups.get(st.sig, ())]
+        """One schedulable node per distinct free state (the first by order of insertion)."""
+        for site, sigs in self.site_groups.items():
+            if sites is None or site in sites:
+                for sig in sigs:
+                    yield self.nodes[next(iter(self.groups[sig]))]
 
     # ---- allocation ----
 

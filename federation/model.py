@@ -7,6 +7,7 @@ Amounts are integers in milli-units (GPU and CPU) and MiB (memory), so that quot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -225,6 +226,11 @@ class JobSpec:
     mig_profile: str | None = None
     min_tasks: int | None = None  # elastic gangs start with at least this many
     kind: str | None = None
+
+    @cached_property
+    def shape_key(self) -> tuple:
+        """What decides where a task fits, hashable (placement caches by it)."""
+        return (self.per_task.as_tuple(), self.gpu_models, self.mig_profile, self.tasks)
 
     @property
     def whole_gpus_per_task(self) -> int:

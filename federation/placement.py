@@ -2,6 +2,8 @@
 
 The strategy (policies/placement.py) only scores nodes and picks GPUs; this module decides the
 shape of the search, the same way for every strategy, and never leaves a partial gang behind.
+It works on groups of nodes with the same free state (see `federation.cluster`), so its cost
+grows with the number of distinct node states, not with the number of nodes.
 """
 
 from __future__ import annotations
@@ -13,27 +15,34 @@ from federation.model import JobSpec, TaskPlacement
 from policies.placement import Strategy
 
 
-def _groups(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[str]) -> list[tuple[NodeState, list[NodeState], int]]:
+def _fit(cluster: ClusterState, job: JobSpec, st: NodeState) -> int:
+    """Tasks of `job` one node of `st`'s free state takes (cached: the state decides it)."""
+    key = (st.fit_key, job.shape_key)
+    k = cluster.fit_cache.get(key)
+    if k is None:
+        if len(cluster.fit_cache) > 500_000:  # bound it over long simulations
+            cluster.fit_cache.clear()
+        k = cluster.fit_cache[key] = tasks_that_fit(job, st, job.tasks)
+    return k
+
+
+def _groups(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[str]) -> list[tuple[NodeState, int, int]]:
     """(representative, usable members, tasks one member fits) per free-state group of the site."""
     out = []
     for rep in cluster.representatives({site}):
-        k = tasks_that_fit(job, rep, job.tasks)
+        k = _fit(cluster, job, rep)
         if k == 0:
             continue
-        members = [m for m in cluster.members(rep) if m.node.name not in blocked]
-        if members:
-            out.append((rep, members, k))
+        names = cluster.groups[rep.sig]
+        usable = len(names) - (sum(1 for b in blocked if b in names) if blocked else 0)
+        if usable:
+            out.append((rep, usable, k))
     return out
 
 
 def capacity_for(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[str] = frozenset()) -> int:
     """How many tasks of `job` the site could take now (capped at the gang size)."""
-    total = 0
-    for _, members, k in _groups(cluster, site, job, blocked):
-        total += k * len(members)
-        if total >= job.tasks:
-            return job.tasks
-    return total
+    return min(job.tasks, sum(k * n for _, n, k in _groups(cluster, site, job, blocked)))
 
 
 def place_gang(
@@ -49,51 +58,54 @@ def place_gang(
     On success the placements are applied to `cluster`; on failure `cluster` is unchanged.
     """
     groups = _groups(cluster, site, job, blocked)
-    capacity = sum(k * len(members) for _, members, k in groups)
+    capacity = sum(k * n for _, n, k in groups)
     want = min(job.tasks, capacity)
     if want < (job.min_tasks or job.tasks) or want == 0:
         return None
-    candidates = [m for _, members, _ in groups for m in members]
+    rack = None
     if want > 1 and topology != "any":
         by_rack: dict[str, int] = defaultdict(int)
-        for rep, members, k in groups:
-            by_rack[rep.node.rack] += k * len(members)
-        racks = sorted((total, rack) for rack, total in by_rack.items() if total >= want)
+        for rep, n, k in groups:
+            by_rack[rep.node.rack] += k * n
+        racks = sorted((total, r) for r, total in by_rack.items() if total >= want)
         if racks:  # the smallest rack that holds the whole gang keeps the larger racks whole
             rack = racks[0][1]
-            candidates = [m for m in candidates if m.node.rack == rack]
         elif topology == "require-same-rack":
             return None
-    return _greedy(cluster, job, want, strategy, {m.node.name for m in candidates})
+    return _greedy(cluster, job, want, strategy, site, rack, blocked)
 
 
-def _greedy(cluster: ClusterState, job: JobSpec, want: int, strategy: Strategy, allowed: set[str]) -> list[TaskPlacement] | None:
+def _greedy(cluster: ClusterState, job: JobSpec, want: int, strategy: Strategy, site: str, rack: str | None, blocked: frozenset[str]) -> list[TaskPlacement] | None:
     placed: list[TaskPlacement] = []
     used: set[str] = set()
-    site = cluster.nodes[next(iter(allowed))].node.site
+    one_each = strategy.one_task_per_node
     while len(placed) < want:
         remaining = want - len(placed)
         best = None
+        seen: set[int] = set()  # alike free states in other racks score alike: score one
         for rep in cluster.representatives({site}):
-            member = next((cluster.nodes[n] for n in cluster.groups[rep.sig] if n in allowed and not (strategy.one_task_per_node and n in used)), None)
-            if member is None:
+            if (rack is not None and rep.node.rack != rack) or rep.fit_key in seen:
                 continue
-            k = tasks_that_fit(job, member, 1 if strategy.one_task_per_node else remaining)
+            seen.add(rep.fit_key)
+            name = next((n for n in cluster.groups[rep.sig] if n not in blocked and not (one_each and n in used)), None)
+            if name is None:
+                continue
+            member = cluster.nodes[name]
+            k = min(_fit(cluster, job, member), 1 if one_each else remaining)
             if k == 0:
                 continue
-            key = (-k, strategy.score(member, job, k), member.node.name)
+            key = (-k, strategy.score(member, job, k), name)
             if best is None or key < best[0]:
                 best = (key, member, k)
         if best is None:
-            if strategy.one_task_per_node and used:
+            if one_each and used:
                 used.clear()  # more tasks than nodes: a second round of one task per node
                 continue
             cluster.apply(job, placed, sign=-1)
             return None
         _, member, k = best
         for _ in range(k):
-            fit = strategy.choose_gpus(member, job)
-            p = fit.placement(member.node.name)
+            p = strategy.choose_gpus(member, job).placement(member.node.name)
             cluster.apply(job, [p])
             placed.append(p)
         used.add(member.node.name)

@@ -123,7 +123,13 @@ class _Cycle:
         self.reserved_sites: set[str] = set()
         self.blocked: set[str] = set()
         self.victims: set[str] = set()
-        self.failed: dict[tuple, PendingReason] = {}  # shape -> reason; state only tightens in a cycle
+        # What failed once in a cycle fails again (free capacity and quota only shrink within it):
+        self.quota_failed: dict[tuple, tuple[PendingReason, bool]] = {}  # (queue, shape) -> (reason, pool)
+        self.no_fit: set[tuple] = set()  # shapes no site can place now
+        self.failed: dict[tuple, PendingReason] = {}  # (queue, priority, shape) -> reason once preemption failed too
+        self.running_by_queue: dict[str, list[RunningJob]] = {}
+        for r in self.running:
+            self.running_by_queue.setdefault(r.spec.queue, []).append(r)
 
     def run(self) -> Plan:
         for job in self._order():
@@ -169,9 +175,11 @@ class _Cycle:
             return
         need = job.request(job.min_tasks or job.tasks)
         qkey = (job.queue, job.per_task, job.min_tasks or job.tasks)
-        cached = self.failed.get(qkey)
+        cached = self.quota_failed.get(qkey)
         if cached is not None:
-            self.pending[job.id] = cached
+            self.pending[job.id], pool = cached
+            if pool:
+                self._request_capacity(job)
             return
         verdict = self.quota.check(job.queue, need)
         if not verdict.ok:
@@ -181,24 +189,27 @@ class _Cycle:
             reason = PendingReason(verdict.code, verdict.message, need, verdict.free)
             self.pending[job.id] = reason
             if not entitled:
-                self.failed[qkey] = reason
+                self.quota_failed[qkey] = (reason, verdict.pool)
             if verdict.pool:  # more nodes would let it in: burst may add them
                 self._request_capacity(job)
             return
-        pkey = (job.queue, tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile, job.priority)
-        reason = self.failed.get(pkey)
-        if reason is None:
+        shape = (tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile)
+        if shape not in self.no_fit:
             for site in sites:
                 placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
                 if placed is not None:
                     self.quota.add(job.queue, job.per_task.times(len(placed)))
                     self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=verdict.borrowing))
                     return
+            self.no_fit.add(shape)  # free capacity only shrinks during a cycle: the shape will not fit again
+        pkey = (job.queue, job.priority, shape)
+        reason = self.failed.get(pkey)
+        if reason is None:
             if self._try_preempt(job, sites):
                 return
             reason = self._capacity_reason(job, sites, need)
             if job.id not in self.reservations:
-                self.failed[pkey] = reason  # the same shape fails the same way for the rest of the cycle
+                self.failed[pkey] = reason
         if job.id in self.snap.burst_in_flight:
             reason = PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
         self.pending[job.id] = reason
@@ -223,7 +234,10 @@ class _Cycle:
         if stopping and self._fits_without(job, sites, stopping):
             self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(stopping)} preempted job(s) are stopping within their grace period", job.request())
             return True
-        cands = [c for c in candidates(job, self.running, self.quota, set(sites), self.policies.preemption.reclaim, within) if c.job.spec.id not in self.victims]
+        pool = list(self.running_by_queue.get(job.queue, ()))
+        if within and self.policies.preemption.reclaim:
+            pool += [r for q, rs in self.running_by_queue.items() if q != job.queue and self.quota.borrowing(q) for r in rs]
+        cands = [c for c in candidates(job, pool, self.quota, set(sites), self.policies.preemption.reclaim, within) if c.job.spec.id not in self.victims]
         budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
         if not cands or budget <= 0:
             return False

@@ -198,7 +198,7 @@ class TidalPolicy(Strict):
 
 
 class MigPolicy(Strict):
-    layouts: dict[str, dict[str, PositiveInt]] = {}
+    layouts: dict[str, dict[str, Annotated[int, Field(ge=1, le=7)]]] = {}  # at most 7 instances fit a GPU
     warm_pool: dict[str, dict[str, NonNegInt]] = {}
     reconfigure_drain_s: NonNegativeFloat = 300.0
 

@@ -127,7 +127,7 @@ def pack(spec: GpuMigSpec, counts: dict[str, int]) -> list[Instance] | None:
     """
     wanted: list[str] = []
     for name, n in counts.items():
-        if name not in spec.profiles:
+        if name not in spec.profiles or n > spec.profiles[name].max_count:
             return None
         wanted += [name] * n
     wanted.sort(key=lambda n: (-spec.profiles[n].memory, -spec.profiles[n].compute, n))

@@ -1,0 +1,100 @@
+"""The scheduling core at scale: `fedctl bench scale` (benchmarks/README.md has the figures).
+
+1,000 queues in a 3-level tree (10 x 9 x 10), 10,000 nodes of 8 GPUs over 3 sites, 50,000
+pending gangs of 1-64 GPUs. Measures one full cycle from an empty cluster (admissions per
+second), then incremental cycles that bring 100 new jobs into that state (p50 / p99).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+from federation import schema
+from federation.model import Federation, JobSpec, Node, NodeGroup, PriorityClass, Queue, Resources, RunningJob, Site
+from federation.scheduler import CycleState, Snapshot, incremental_pending, schedule
+
+GPU_SIZES = (1, 1, 1, 2, 2, 4, 8, 8, 16, 32, 64)  # whole-GPU gang sizes, small ones most common
+
+
+def build(queues_top: int = 10, mid: int = 9, leaves: int = 10, nodes: int = 10_000, sites: int = 3) -> Federation:
+    unl = Resources.unlimited()
+    total_gpu = nodes * 8
+    n_leaves = queues_top * mid * leaves
+    per_leaf = total_gpu * 1000 // n_leaves
+    qs: list[Queue] = []
+
+    def queue(name, parent, deserved_milli, guarantee_milli=0):
+        qs.append(Queue(name, parent, Resources(guarantee_milli, 0, 0), Resources(deserved_milli, 0, 0), unl, unl, unl, 1.0, None, False))
+
+    for t in range(queues_top):
+        queue(f"t{t}", None, per_leaf * mid * leaves)
+        for m in range(mid):
+            queue(f"t{t}m{m}", f"t{t}", per_leaf * leaves)
+            for leaf in range(leaves):
+                queue(f"t{t}m{m}l{leaf}", f"t{t}m{m}", per_leaf, guarantee_milli=0 if leaf else 1000)
+    groups = [NodeGroup("g", f"site{s}", "A100-80GB", 8, Resources.of(8, 96, 1024), nodes // sites) for s in range(sites)]
+    site_objs = tuple(Site(g.site, "idc", None, None, (g,)) for g in groups)
+    policies = schema.PoliciesSection(placement=schema.PlacementPolicy(strategy="fragmentation-aware"))
+    return Federation("bench", "UTC", schema.ApiSection(), {}, (PriorityClass("normal", 100, default=True),), site_objs, tuple(qs), policies)
+
+
+def node_list(fed: Federation, racks: int = 40) -> list[Node]:
+    out = []
+    for s in fed.sites:
+        for g in s.node_groups:
+            r = g.node_resources
+            out += [Node(f"{s.name}-n{i}", s.name, g.name, g.gpu_model, 8, r.cpu_milli, r.memory_mib, rack=f"r{i % racks}") for i in range(g.count)]
+    return out
+
+
+def jobs(fed: Federation, n: int, seed: int, start: int = 0) -> list[JobSpec]:
+    rng = random.Random(seed)
+    leaves = fed.leaf_queues
+    out = []
+    for i in range(start, start + n):
+        gpus = rng.choice(GPU_SIZES)
+        tasks, per = (gpus // 8, 8) if gpus > 8 else (1, gpus)
+        out.append(JobSpec(f"j{i}", rng.choice(leaves), tasks, Resources.of(per, per * 4, per * 32), float(i), priority=rng.choice((100, 100, 100, 1000))))
+    return out
+
+
+def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed: int = 0, nodes: int = 10_000, log=print) -> dict:
+    fed = build(nodes=nodes)
+    all_nodes = node_list(fed)
+    pending = jobs(fed, pending_jobs, seed)
+    snap = Snapshot(fed, tuple(all_nodes), (), tuple(pending))
+    t0 = time.perf_counter()
+    state = CycleState.build(snap)
+    t_build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = schedule(snap, 0.0, state)
+    t_cycle = time.perf_counter() - t0
+    admitted = len(plan.admissions)
+    log(f"full cycle: {admitted} of {pending_jobs} jobs admitted in {t_cycle:.2f} s ({admitted / t_cycle:,.0f} admissions/s); state built in {t_build:.2f} s")
+    by_id = {j.id: j for j in pending}
+    running = tuple(RunningJob(by_id[a.job_id], a.site, a.placements, 0.0) for a in plan.admissions)
+    waiting = {j.id: j for j in pending if j.id not in {a.job_id for a in plan.admissions}}
+    reservations = plan.reservations
+    times = []
+    next_id = pending_jobs
+    for r in range(rounds):
+        new = jobs(fed, new_jobs, seed + 1 + r, start=next_id)
+        next_id += new_jobs
+        for j in new:
+            waiting[j.id] = j
+        subset = incremental_pending(waiting, {j.id for j in new}, reservations, full=False)
+        snap = Snapshot(fed, snap.nodes, running, subset, reservations=reservations)
+        t0 = time.perf_counter()
+        p = schedule(snap, float(r + 1), state)
+        times.append(time.perf_counter() - t0)
+        reservations = p.reservations
+        for a in p.admissions:
+            running += (RunningJob(waiting.pop(a.job_id), a.site, a.placements, float(r + 1)),)
+    times.sort()
+    p50 = statistics.median(times) * 1000
+    p99 = times[min(len(times) - 1, int(0.99 * len(times)))] * 1000
+    log(f"incremental cycle ({new_jobs} new jobs into {len(waiting):,} waiting, {len(running):,} running): p50 {p50:.1f} ms, p99 {p99:.1f} ms over {rounds} rounds")
+    return {"admitted": admitted, "full_cycle_s": round(t_cycle, 3), "admissions_per_s": round(admitted / t_cycle), "build_s": round(t_build, 3),
+            "incremental_p50_ms": round(p50, 2), "incremental_p99_ms": round(p99, 2), "waiting": len(waiting), "running": len(running)}
