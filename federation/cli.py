@@ -184,6 +184,44 @@ def mig_profiles(
     Console().print(table)
 
 
+@mig_app.command("plan")
+def mig_plan(
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. A100-80GB.")],
+    gpus: Annotated[int, typer.Option("--gpus", min=0, help="How many GPUs to plan.")],
+    demand: Annotated[str, typer.Option("--demand", help="NAME=COUNT[,NAME=COUNT...], e.g. 1g.10gb=7,3g.40gb=2.")],
+    current: Annotated[Path | None, typer.Option("--current", help='JSON {"layouts": [[{"profile", "start", "busy"?}...] per GPU]}.')] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Target MIG layouts that meet the demand, never touching busy instances."""
+    from federation.mig.planner import PlanError, plan
+
+    wanted: dict[str, int] = {}
+    for item in filter(None, demand.split(",")):
+        name, sep, count = item.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise FederationError(f"--demand: {item!r} is not NAME=COUNT (e.g. 1g.10gb=7)")
+        wanted[name.strip()] = wanted.get(name.strip(), 0) + int(count)
+    layouts = None
+    if current is not None:
+        try:
+            doc = json.loads(current.read_text(encoding="utf-8"))
+            layouts = doc["layouts"] if isinstance(doc, dict) else doc
+            if not isinstance(layouts, list) or not all(isinstance(g, list) and all(isinstance(i, dict) and "profile" in i and "start" in i for i in g) for g in layouts):
+                raise ValueError("layouts must be a list (one per GPU) of lists of {profile, start}")
+        except (OSError, ValueError, KeyError) as e:
+            raise FederationError(f"--current: {current}: {e}") from None
+    try:
+        result = plan(gpu, gpus, wanted, layouts)
+    except PlanError as e:
+        raise FederationError(str(e)) from None
+    if as_json:
+        print_json(result.to_dict())
+        return
+    for i, lay in enumerate(result.layouts):
+        Console().print(f"GPU {i}: " + (", ".join(f"{x['profile']}@{x['start']}" for x in lay) or "(no instances)"))
+    Console().print(f"satisfied {result.satisfied}, unsatisfied {result.unsatisfied}, reconfigured {result.reconfigured_gpus} GPU(s)")
+
+
 def main() -> None:
     try:
         code = app(standalone_mode=False)  # click returns the exit code instead of exiting

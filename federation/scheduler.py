@@ -127,6 +127,8 @@ class _Cycle:
         self.quota_failed: dict[tuple, tuple[PendingReason, bool]] = {}  # (queue, shape) -> (reason, pool)
         self.no_fit: set[tuple] = set()  # shapes no site can place now
         self.failed: dict[tuple, PendingReason] = {}  # (queue, priority, shape) -> reason once preemption failed too
+        self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
+        self.stopping = [r for r in self.running if r.preempting]  # and the victims chosen this cycle
         self.running_by_queue: dict[str, list[RunningJob]] = {}
         for r in self.running:
             self.running_by_queue.setdefault(r.spec.queue, []).append(r)
@@ -230,7 +232,7 @@ class _Cycle:
     def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
         """Choose victims for `job` (or see that victims already stopping suffice)."""
         within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
-        stopping = [r for r in self.running if r.preempting or r.spec.id in self.victims]
+        stopping = self.stopping
         if stopping and self._fits_without(job, sites, stopping):
             self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(stopping)} preempted job(s) are stopping within their grace period", job.request())
             return True
@@ -252,6 +254,7 @@ class _Cycle:
             return False
         for c in chosen:
             self.victims.add(c.job.spec.id)
+            self.stopping.append(c.job)
             self.preemptions.append(Preemption(c.job.spec.id, c.reason, for_job=job.id))
         self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
         return True
@@ -301,32 +304,34 @@ class _Cycle:
         kept = self.snap.reservations.get(job.id, ())
         if kept and all(n in self.cluster.nodes and n not in self.blocked for n in kept):
             site = self.cluster.nodes[kept[0]].node.site
-            if site not in self.reserved_sites and sum(_fit_when_empty(job, self.cluster.nodes[n].node) for n in kept) >= (job.min_tasks or job.tasks):
+            if site not in self.reserved_sites and sum(self._fit_when_empty(job, self.cluster.nodes[n].node) for n in kept) >= (job.min_tasks or job.tasks):
                 self.reservations[job.id] = kept  # keep last cycle's choice: a reservation that hops never fills
                 self.reserved_sites.add(site)
                 self.blocked.update(kept)
                 return True
+        need = job.min_tasks or job.tasks
         for site in sites:
             if site in self.reserved_sites:
                 continue
-            nodes = [st for st in self.cluster.nodes.values() if st.node.site == site and st.node.schedulable and st.node.name not in self.blocked]
-            empty_fit = []
-            for st in nodes:
-                k = _fit_when_empty(job, st.node)
-                if k:
-                    empty_fit.append((-st.free_gpu_milli, st.node.name, k))
-            empty_fit.sort()
             chosen, total = [], 0
-            for _, name, k in empty_fit:
-                chosen.append(name)
-                total += k
-                if total >= (job.min_tasks or job.tasks):
-                    self.reservations[job.id] = tuple(chosen)
-                    self.reserved_sites.add(site)
-                    self.blocked.update(chosen)
-                    return True
+            # nodes closest to free first; a free-state group at a time, not node by node
+            for rep in sorted(self.cluster.representatives({site}), key=lambda st: (-st.free_gpu_milli, st.sig)):
+                k = self._fit_when_empty(job, rep.node)
+                for name in self.cluster.groups[rep.sig] if k else ():
+                    if name in self.blocked:
+                        continue
+                    chosen.append(name)
+                    total += k
+                    if total >= need:
+                        self.reservations[job.id] = tuple(chosen)
+                        self.reserved_sites.add(site)
+                        self.blocked.update(chosen)
+                        return True
         return False
 
-
-def _fit_when_empty(job: JobSpec, node: Node) -> int:
-    return tasks_that_fit(job, NodeState(node), job.tasks)
+    def _fit_when_empty(self, job: JobSpec, node: Node) -> int:
+        key = (node.site, node.node_group, job.shape_key)
+        k = self.empty_fit.get(key)
+        if k is None:
+            k = self.empty_fit[key] = tasks_that_fit(job, NodeState(node), job.tasks)
+        return k

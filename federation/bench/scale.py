@@ -12,7 +12,17 @@ import statistics
 import time
 
 from federation import schema
-from federation.model import Federation, JobSpec, Node, NodeGroup, PriorityClass, Queue, Resources, RunningJob, Site
+from federation.model import (
+    Federation,
+    JobSpec,
+    Node,
+    NodeGroup,
+    PriorityClass,
+    Queue,
+    Resources,
+    RunningJob,
+    Site,
+)
 from federation.scheduler import CycleState, Snapshot, incremental_pending, schedule
 
 GPU_SIZES = (1, 1, 1, 2, 2, 4, 8, 8, 16, 32, 64)  # whole-GPU gang sizes, small ones most common
