@@ -1,0 +1,107 @@
+"""The FGD fill experiment: the fragmentation measure, each policy's choice, and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from federation.fragsim import Cluster, Experiment, Frag, Pod, binned
+
+from .conftest import SHARED
+
+
+def cluster(gpus_free: list[list[int]], cpu: int = 64_000, models: list[str] | None = None) -> Cluster:
+    n = len(gpus_free)
+    gpu = np.full((n, 8), -1, dtype=np.int64)
+    for i, g in enumerate(gpus_free):
+        gpu[i, : len(g)] = g
+    return Cluster([f"n{i}" for i in range(n)], np.full(n, cpu, dtype=np.int64), np.full(n, 256 * 1024, dtype=np.int64), gpu,
+                   np.zeros(n, dtype=np.int64), models or ["A100"])
+
+
+SHARED_300 = Pod(1000, 0, 1, 300, ())
+WHOLE_1 = Pod(1000, 0, 1, 1000, ())
+CPU_ONLY = Pod(1000, 0, 0, 0, ())
+
+
+def test_node_fragmentation_matches_a_hand_computation():
+    c = cluster([[1000, 500, 200, 0]])
+    f = Frag(c, [(SHARED_300, 0.5), (WHOLE_1, 0.25), (CPU_ONLY, 0.25)])
+    # shared 300: the 200 and 0 GPUs are fragments (200); whole GPU: the partial ones (700);
+    # CPU-only: all free GPU (1700). 0.5 x 200 + 0.25 x 700 + 0.25 x 1700 = 700
+    assert f.of(c.gpu, c.cpu, c.model)[0] == pytest.approx(700)
+
+
+def test_a_type_that_cannot_run_counts_all_free_gpu():
+    c = cluster([[400, 400]], cpu=500)  # too little CPU for the 1000-milli-CPU types
+    f = Frag(c, [(SHARED_300, 1.0)])
+    assert f.of(c.gpu, c.cpu, c.model)[0] == pytest.approx(800)
+
+
+def run_one(c: Cluster, pod: Pod, policy: str, target) -> tuple[int, list[int]]:
+    exp = Experiment(c, [pod], target, policy, seed=0)
+    before = c.gpu.copy()
+    exp.pods = [pod]
+    exp._arrivals = lambda tune, cap: [pod]
+    exp.run(1.0)
+    changed = np.argwhere(c.gpu != before)
+    return int(changed[0][0]), sorted(int(g) for g in changed[:, 1])
+
+
+def test_bestfit_takes_the_fullest_node_that_fits():
+    node, _ = run_one(cluster([[1000] * 8, [0] * 6 + [1000] * 2, [0] * 4 + [1000] * 4]), WHOLE_1, "bestfit", [(WHOLE_1, 1.0)])
+    assert node == 1
+
+
+def test_best_gpu_choice_takes_the_fitting_gpu_with_least_free():
+    _, gpus = run_one(cluster([[1000, 600, 350, 100]]), SHARED_300, "bestfit", [(SHARED_300, 1.0)])
+    assert gpus == [2]
+
+
+def test_fgd_keeps_whole_gpus_free_when_whole_gpu_pods_are_common():
+    # a shared pod on a node with one full and one half GPU: FGD puts it on the half GPU
+    _, gpus = run_one(cluster([[1000, 500]]), SHARED_300, "fgd", [(WHOLE_1, 0.9), (SHARED_300, 0.1)])
+    assert gpus == [1]
+
+
+def test_a_pod_that_fits_nowhere_fails_and_still_counts_as_arrived():
+    c = cluster([[0, 0]])
+    exp = Experiment(c, [WHOLE_1], [(WHOLE_1, 1.0)], "bestfit", seed=0)
+    exp._arrivals = lambda tune, cap: [WHOLE_1]
+    [(arrived, allocated, _)] = exp.run(1.0)
+    assert arrived == pytest.approx(50.0) and allocated == 0.0
+
+
+def test_binning_fills_an_empty_bin_from_its_neighbours():
+    rows = binned([(0.5, 1.0, 2.0), (2.5, 3.0, 4.0)], top=3)
+    assert rows[1] == (1, 2.0, 3.0)  # the mean of bins 0 and 2
+    assert rows[0] == (0, 1.0, 2.0)
+
+
+def test_fedctl_frag_on_a_slice_of_the_trace(tmp_path):
+    openb = SHARED / "data" / "openb"
+    if not (openb / "openb_pod_list_default.csv").exists():
+        pytest.skip(f"{openb} is not beside this checkout")
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    for src, dst, n in ((openb / "openb_node_list_gpu_node.csv", nodes, 60), (openb / "openb_pod_list_default.csv", pods, 400)):
+        with open(src) as fh:
+            dst.write_text("".join(line for i, line in enumerate(fh) if i <= n))
+    out = tmp_path / "frag.csv"
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--seed", "42", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["arrived_pct", "allocated_pct", "frag_pct"]
+    assert [int(r[0]) for r in rows[1:]] == list(range(131))
+    allocated = [float(r[1]) for r in rows[1:]]
+    assert 0 < allocated[100] <= 100
+
+
+def test_fedctl_frag_rejects_an_unknown_policy(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", "x.csv", "--pods", "y.csv", "--policy", "worstfit", "--out", str(tmp_path / "o.csv")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--policy" in r.stderr

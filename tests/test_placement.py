@@ -1,0 +1,81 @@
+"""Core placement strategies on small clusters where the right answer is obvious."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from federation.cluster import ClusterState
+from federation.model import Node, Resources, TaskPlacement
+from federation.placement import place_gang
+from policies.placement import FragmentationAware, Shape, gpu_fragment, make_strategy
+
+from .builders import job
+
+
+def nodes(*free_gpus: int, racks: int = 1) -> list[Node]:
+    return [Node(f"n{i}", "idc", "g", "A100-80GB", 8, 64_000, 512 * 1024, rack=f"r{i % racks}") for i in range(len(free_gpus))]
+
+
+def state_with_used(used: list[int]) -> ClusterState:
+    st = ClusterState(nodes(*used))
+    for i, u in enumerate(used):
+        if u:
+            st.apply(job(f"pre{i}", "a", gpus=u), [TaskPlacement(f"n{i}", tuple(range(u)))])
+    return st
+
+
+def test_bestfit_puts_a_task_on_the_fullest_node_that_fits():
+    st = state_with_used([0, 6, 4])
+    placed = place_gang(st, job("j", "a", gpus=2), "idc", make_strategy("bestfit"))
+    assert placed[0].node == "n1"
+
+
+def test_spread_puts_a_task_on_the_emptiest_node():
+    st = state_with_used([0, 6, 4])
+    placed = place_gang(st, job("j", "a", gpus=2), "idc", make_strategy("spread"))
+    assert placed[0].node == "n0"
+
+
+def test_binpack_prefers_the_most_allocated_node():
+    st = state_with_used([2, 5, 0])
+    placed = place_gang(st, job("j", "a", gpus=1), "idc", make_strategy("binpack"))
+    assert placed[0].node == "n1"
+
+
+def test_a_gang_stays_in_one_rack_when_one_rack_holds_it():
+    st = ClusterState(nodes(0, 0, 0, 0, racks=2))
+    placed = place_gang(st, job("g", "a", tasks=2, gpus=8), "idc", make_strategy("bestfit"))
+    assert len({st.nodes[p.node].node.rack for p in placed}) == 1
+
+
+def test_a_failed_gang_leaves_the_cluster_as_it_was():
+    st = state_with_used([4, 4])
+    before = {n: list(s.gpu_free) for n, s in st.nodes.items()}
+    assert place_gang(st, job("g", "a", tasks=3, gpus=4), "idc", make_strategy("bestfit")) is None
+    assert {n: list(s.gpu_free) for n, s in st.nodes.items()} == before
+
+
+def test_gpu_fragment_matches_the_fgd_definition():
+    whole2 = Shape(1000, 2)
+    assert gpu_fragment([1000, 1000, 500, 0], 10_000, 10_000, whole2) == 500  # partial GPUs only
+    assert gpu_fragment([1000, 500, 500, 0], 10_000, 10_000, whole2) == 2000  # cannot fit: all free
+    assert gpu_fragment([1000, 200], 10_000, 10_000, Shape(300, 1)) == 200
+    assert gpu_fragment([1000, 200], 0, 10_000, Shape(300, 1, cpu_milli=1000)) == 1200  # no CPU: all free
+
+
+def test_fragmentation_aware_shares_a_used_gpu_rather_than_break_a_whole_one():
+    st = ClusterState(nodes(0))
+    st.apply(job("pre", "a", gpus=0.5), [TaskPlacement("n0", (3,), gpu_milli=500)])
+    strat = FragmentationAware(((Shape(1000, 1), 0.7), (Shape(400, 1), 0.3)))
+    placed = place_gang(st, job("s", "a", gpus=0.4), "idc", strat)
+    assert placed[0].gpus == (3,) and placed[0].gpu_milli == 400
+
+
+def test_a_mig_task_takes_a_free_instance_of_its_profile():
+    n = Node("m0", "idc", "g", "A100-80GB", 1, 64_000, 512 * 1024, mig_layout=((0, "3g.40gb", 0), (0, "1g.10gb", 4)))
+    st = ClusterState([n])
+    j = job("m", "a", gpus=0.142)
+    j = replace(j, mig_profile="1g.10gb", per_task=Resources(143, 0, 0))
+    placed = place_gang(st, j, "idc", make_strategy("fragmentation-aware"))
+    assert placed[0].mig == (0, "1g.10gb", 4)
+    assert place_gang(st, j, "idc", make_strategy("fragmentation-aware")) is None  # the only one is taken
