@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from federation.cluster import GPU, ClusterState, NodeState, tasks_that_fit
 from federation.errors import SnapshotError
@@ -114,7 +115,7 @@ class _Cycle:
         self.cluster, self.quota = state.cluster, state.quota
         self.strategy = state.strategy
         self.site_order = [s.name for s in fed.sites if not s.is_cloud] + [s.name for s in fed.sites if s.is_cloud]
-        self.running = list(snap.running)
+        self.running = snap.running
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.requests: list[CapacityRequest] = []
@@ -128,10 +129,20 @@ class _Cycle:
         self.no_fit: set[tuple] = set()  # shapes no site can place now
         self.failed: dict[tuple, PendingReason] = {}  # (queue, priority, shape) -> reason once preemption failed too
         self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
-        self.stopping = [r for r in self.running if r.preempting]  # and the victims chosen this cycle
-        self.running_by_queue: dict[str, list[RunningJob]] = {}
+
+    # Indexes of the running jobs, built only when a cycle first considers preemption: most
+    # cycles never do, and with tens of thousands of running jobs they would dominate.
+    @cached_property
+    def stopping(self) -> list[RunningJob]:
+        """Jobs stopping within their grace period (and the victims chosen this cycle)."""
+        return [r for r in self.running if r.preempting]
+
+    @cached_property
+    def running_by_queue(self) -> dict[str, list[RunningJob]]:
+        out: dict[str, list[RunningJob]] = {}
         for r in self.running:
-            self.running_by_queue.setdefault(r.spec.queue, []).append(r)
+            out.setdefault(r.spec.queue, []).append(r)
+        return out
 
     def run(self) -> Plan:
         for job in self._order():
