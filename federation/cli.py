@@ -131,6 +131,43 @@ def compare(a: Annotated[Path, typer.Argument(help="A simulation output director
 
 
 @app.command()
+def up(
+    config: ConfigOpt = None,
+    state: Annotated[Path, typer.Option("--state", help="The controller's SQLite journal.")] = Path("federation-state.sqlite"),
+    cycle_s: Annotated[float, typer.Option("--cycle-s", help="Seconds between scheduling cycles.")] = 1.0,
+) -> None:
+    """Start the controller and serve the Ray Jobs API (local Ray cluster for local sites)."""
+    from federation.runtime.up import run_up
+
+    run_up(load_config(config), state, cycle_s, lambda m: err.print(m, markup=False, highlight=False))
+
+
+@app.command()
+def status(address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266") -> None:
+    """Queues, nodes and pending jobs with their reasons, for a person."""
+    import requests
+    from rich.table import Table
+
+    try:
+        doc = requests.get(f"{address}/api/federation/status", timeout=10).json()
+    except (requests.RequestException, ValueError) as e:
+        raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
+    out = Console()
+    table = Table(title=f"queues of {doc['federation']}")
+    for col in ("queue", "parent", "guarantee GPU", "deserved GPU", "using GPU", "borrowed GPU"):
+        table.add_column(col)
+    for q in doc["queues"]:
+        table.add_row(q["name"], q["parent"] or "", f"{q['guarantee']['gpu']:g}", f"{q['deserved']['gpu']:g}", f"{q['usage_gpu']:g}", f"{q['borrowed_gpu']:g}")
+    out.print(table)
+    pending = Table(title="pending jobs")
+    pending.add_column("job")
+    pending.add_column("why")
+    for p in doc["pending"]:
+        pending.add_row(p["job"], p["message"] or "")
+    out.print(pending)
+
+
+@app.command()
 def demo(config: ConfigOpt = None) -> None:
     """The main job on the embedded default. (Until the Ray runtime lands: a short simulation.)"""
     from federation.simulation.demo import run_demo

@@ -1,0 +1,178 @@
+"""The Ray Job Submission REST API, served by the federation (so `ray job submit` works unchanged).
+
+HTTP in, controller calls out. Errors a client can fix are 4xx with a message that names the
+problem; the stock CLI prints that message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import yaml
+from aiohttp import WSMsgType, web
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from federation.errors import FederationError
+from federation.runtime.controller import BadSubmission, Controller
+from federation.runtime.sites import TERMINAL
+
+RAY_API_VERSION = "4"  # ray.dashboard.modules.version.CURRENT_VERSION for Ray 2.60
+
+
+def load_tokens(path: str | None) -> dict[str, str] | None:
+    """token -> queue, from a YAML file of `queue: token` (None: no auth)."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise BadSubmission(f"api.tokens_file: cannot read {p}: {e}", status=500) from None
+    if not isinstance(doc, dict):
+        raise BadSubmission(f"api.tokens_file: {p} must map queue names to tokens", status=500)
+    return {str(tok): str(queue) for queue, tok in doc.items()}
+
+
+def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Application:
+    app = web.Application()
+    routes = web.RouteTableDef()
+
+    def job_or_404(req: web.Request):
+        row = ctl.store.get(req.match_info["job_id"])
+        if row is None:
+            raise web.HTTPNotFound(text=f"Job {req.match_info['job_id']} does not exist")
+        return row
+
+    @routes.get("/api/version")
+    async def version(_: web.Request) -> web.Response:
+        import ray
+
+        return web.json_response({"version": RAY_API_VERSION, "ray_version": ray.__version__, "ray_commit": ray.__commit__, "session_name": f"federation-{ctl.fed.name}"})
+
+    @routes.post("/api/jobs/")
+    async def submit(req: web.Request) -> web.Response:
+        try:
+            body = await req.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.Response(status=400, text="the request body is not JSON")
+        if tokens is not None:
+            auth = req.headers.get("Authorization", "")
+            if not auth.startswith("Bearer "):
+                return web.Response(status=401, text="Authorization: Bearer <queue token> is required (ray job submit --headers)")
+            queue = tokens.get(auth.removeprefix("Bearer ").strip())
+            wanted = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("queue")
+            if queue is None or queue != wanted:
+                return web.Response(status=403, text=f"this token may not submit to queue {wanted!r}")
+        try:
+            row = await asyncio.get_running_loop().run_in_executor(None, ctl.submit, body)
+        except BadSubmission as e:
+            return web.Response(status=e.status, text=str(e))
+        return web.json_response({"job_id": row.id, "submission_id": row.id})
+
+    @routes.get("/api/jobs/")
+    async def list_jobs(_: web.Request) -> web.Response:
+        return web.json_response([ctl.job_details(r) for r in ctl.store.jobs()])
+
+    @routes.get("/api/jobs/{job_id}")
+    async def get_job(req: web.Request) -> web.Response:
+        return web.json_response(ctl.job_details(job_or_404(req)))
+
+    @routes.get("/api/jobs/{job_id}/logs")
+    async def logs(req: web.Request) -> web.Response:
+        row = job_or_404(req)
+        text = await asyncio.get_running_loop().run_in_executor(None, ctl.logs, row)
+        return web.json_response({"logs": text})
+
+    @routes.get("/api/jobs/{job_id}/logs/tail")
+    async def tail(req: web.Request) -> web.StreamResponse:
+        job_or_404(req)
+        ws = web.WebSocketResponse()
+        await ws.prepare(req)
+        sent = 0
+        loop = asyncio.get_running_loop()
+        while not ws.closed:
+            row = ctl.store.get(req.match_info["job_id"])
+            text = await loop.run_in_executor(None, ctl.logs, row)
+            if len(text) > sent:
+                await ws.send_str(text[sent:])
+                sent = len(text)
+            if row.status in TERMINAL:
+                break
+            try:
+                msg = await ws.receive(timeout=0.5)
+                if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR):
+                    break
+            except TimeoutError:
+                pass
+        await ws.close()
+        return ws
+
+    @routes.post("/api/jobs/{job_id}/stop")
+    async def stop(req: web.Request) -> web.Response:
+        job_or_404(req)
+        stopped = await asyncio.get_running_loop().run_in_executor(None, ctl.stop, req.match_info["job_id"])
+        return web.json_response({"stopped": stopped})
+
+    @routes.delete("/api/jobs/{job_id}")
+    async def delete(req: web.Request) -> web.Response:
+        row = job_or_404(req)
+        if row.status not in TERMINAL:
+            return web.Response(status=400, text=f"job {row.id} is {row.status}; stop it before deleting it")
+        ctl.store.delete(row.id)
+        return web.json_response({"deleted": True})
+
+    @routes.get("/api/federation/status")
+    async def fed_status(_: web.Request) -> web.Response:
+        return web.json_response(ctl.status())
+
+    @routes.get("/api/federation/jobs/{job_id}/explain")
+    async def explain(req: web.Request) -> web.Response:
+        row = job_or_404(req)
+        return web.json_response({"job": row.id, "status": row.status, "reason": row.reason, "message": row.message, "site": row.site, "placements": row.placements})
+
+    @routes.get("/metrics")
+    async def metrics(_: web.Request) -> web.Response:
+        reg = CollectorRegistry()
+        usage = Gauge("federation_queue_gpu_usage", "GPUs used by each queue's running jobs", ["queue"], registry=reg)
+        pending = Gauge("federation_pending_jobs", "Pending jobs by reason", ["reason"], registry=reg)
+        cycle = Gauge("federation_cycle_seconds", "Duration of the last scheduling cycle", registry=reg)
+        doc = ctl.status()
+        for q in doc["queues"]:
+            usage.labels(q["name"]).set(q["usage_gpu"])
+        counts: dict[str, int] = {}
+        for p in doc["pending"]:
+            counts[p["reason"] or "New"] = counts.get(p["reason"] or "New", 0) + 1
+        for reason, n in counts.items():
+            pending.labels(reason).set(n)
+        cycle.set(ctl.cycle_s[-1] if ctl.cycle_s else 0.0)
+        return web.Response(body=generate_latest(reg), content_type="text/plain")
+
+    app.add_routes(routes)
+    return app
+
+
+async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tokens: dict[str, str] | None = None) -> web.AppRunner:
+    """Start the API and the cycle loop on the running event loop; returns the runner to clean up."""
+    app = make_app(ctl, tokens)
+
+    async def cycle_loop(_app):
+        async def loop():
+            while True:
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, ctl.tick)
+                except FederationError as e:  # reported, and the next cycle tries again
+                    print(f"cycle failed: {e}", file=sys.stderr)
+                await asyncio.sleep(cycle_s)
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+
+    app.cleanup_ctx.append(cycle_loop)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,207 @@
+"""The live controller: a plain class whose `tick()` runs one cycle of the pure core.
+
+Each tick: (1) learn from the sites what happened (jobs finished), (2) stop preempted jobs
+whose grace ran out and requeue them, (3) build a snapshot from the store, (4) schedule,
+(5) write each decision to the store, then act on it (dispatch, mark victims). Failures come
+back as data: a site that cannot be reached leaves its jobs as they are until the next tick.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from federation.errors import FederationError, JobRejected
+from federation.feasibility import check_job
+from federation.jobs import make_job
+from federation.model import Federation, JobSpec, Node, RunningJob, TaskPlacement
+from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
+from federation.scheduler import Snapshot, schedule
+from federation.store import JobRow, Store
+
+META_INT = ("tasks", "min_tasks", "gpu_milli_per_task")
+META_FLOAT = ("gpus_per_task", "cpus_per_task", "memory_gib_per_task")
+META_STR = ("queue", "mig_profile", "priority", "gpu_model", "kind")
+
+
+class BadSubmission(FederationError):
+    """A submission the API answers with 4xx; `status` is the HTTP status."""
+
+    def __init__(self, message: str, status: int = 400):
+        self.status = status
+        super().__init__(message)
+
+
+def request_from_submission(body: dict) -> dict:
+    """make_job arguments from a Ray job submission (metadata values are strings in Ray)."""
+    if not isinstance(body, dict) or not isinstance(body.get("entrypoint"), str) or not body["entrypoint"].strip():
+        raise BadSubmission("entrypoint: a command to run is required")
+    meta = body.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise BadSubmission("metadata: must be a JSON object of strings")
+    req: dict = {}
+    for key, value in meta.items():
+        try:
+            if key in META_INT:
+                req[key] = int(value)
+            elif key in META_FLOAT:
+                req[key] = float(value)
+            elif key in META_STR:
+                req[key] = str(value)
+            elif key == "preemptible":
+                req[key] = str(value).lower() in ("1", "true", "yes")
+        except (TypeError, ValueError):
+            raise BadSubmission(f"metadata.{key}: {value!r} is not a {'whole number' if key in META_INT else 'number'}") from None
+    if "queue" not in req:
+        raise BadSubmission("metadata.queue: required (ray job submit --metadata-json '{\"queue\": \"...\"}')")
+    gpus = body.get("entrypoint_num_gpus")
+    if gpus is not None and not any(k in req for k in ("gpus_per_task", "gpu_milli_per_task", "mig_profile")):
+        try:
+            req["gpus_per_task"] = float(gpus)
+        except (TypeError, ValueError):
+            raise BadSubmission(f"entrypoint_num_gpus: {gpus!r} is not a number") from None
+    return req
+
+
+class Controller:
+    def __init__(self, fed: Federation, store: Store, sites: dict[str, RaySite], clock: Callable[[], float] = time.time):
+        self.fed, self.store, self.sites, self.clock = fed, store, sites, clock
+        self.nodes = tuple(
+            Node(f"{s.name}/{g.name}-{i}", s.name, g.name, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib)
+            for s in fed.sites if s.name in sites for g in s.node_groups for i in range(g.count)
+        )
+        self.last_plan = None
+        self.cycle_s: list[float] = []
+
+    # ---- submissions ----
+
+    def submit(self, body: dict) -> JobRow:
+        req = request_from_submission(body)
+        job_id = body.get("submission_id") or body.get("job_id") or f"fed-{uuid.uuid4().hex[:12]}"
+        spec = self._spec(job_id, req, self.clock())
+        try:
+            check_job(self.fed, spec)
+        except JobRejected as e:
+            raise BadSubmission(f"{e.field}: {e.message}") from None
+        row, _ = self.store.insert(JobRow(job_id, body["entrypoint"], body.get("metadata") or {}, body.get("runtime_env") or {}, req,
+                                          submitted_s=self.clock(), message="queued in the federation"))
+        return row
+
+    def _spec(self, job_id: str, req: dict, submit_s: float) -> JobSpec:
+        try:
+            return make_job(self.fed, id=job_id, submit_s=submit_s, **req)
+        except JobRejected as e:
+            raise BadSubmission(f"{e.field}: {e.message}") from None
+
+    def stop(self, job_id: str) -> bool:
+        row = self.store.get(job_id)
+        if row is None or row.status in TERMINAL:
+            return False
+        if row.dispatch_id and row.site in self.sites:
+            self.sites[row.site].stop(row.dispatch_id)
+        self.store.update(job_id, status="STOPPED", ended_s=self.clock(), message="stopped by the user")
+        return True
+
+    # ---- the cycle ----
+
+    def tick(self) -> None:
+        began = time.perf_counter()
+        now = self.clock()
+        self._sync(now)
+        rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
+        running, pending = [], []
+        for r in rows:
+            spec = self._spec(r.id, r.request, r.submitted_s)
+            if r.status == "PENDING":
+                pending.append(spec)
+            else:
+                placements = tuple(TaskPlacement(p["node"], tuple(p["gpus"]), p.get("gpu_milli")) for p in r.placements or [])
+                running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
+        plan = schedule(Snapshot(self.fed, self.nodes, tuple(running), tuple(pending), reservations=self.last_plan.reservations if self.last_plan else {}), now)
+        self.last_plan = plan
+        for a in plan.admissions:
+            row = self.store.get(a.job_id)
+            placements = [{"node": p.node, "gpus": list(p.gpus), **({"gpu_milli": p.gpu_milli} if p.gpu_milli else {})} for p in a.placements]
+            dispatch_id = f"{a.job_id}-{row.attempt}"
+            # durable before acting: the decision and the dispatch id are stored first
+            self.store.update(a.job_id, status="ADMITTED", site=a.site, placements=placements, dispatch_id=dispatch_id, started_s=now, reason=None,
+                              message=f"admitted to {a.site}")
+            self._dispatch(a.job_id)
+        grace = self.fed.policies.preemption.grace_s
+        for p in plan.preemptions:
+            self.store.update(p.job_id, stop_at_s=now + grace, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
+        for job_id, reason in plan.pending.items():
+            self.store.update(job_id, reason=reason.code, message=f"{reason.code}: {reason.message}")
+        self.cycle_s.append(time.perf_counter() - began)
+        del self.cycle_s[:-1000]
+
+    def _dispatch(self, job_id: str) -> None:
+        row = self.store.get(job_id)
+        site = self.sites[row.site]
+        allocation = {"job": row.id, "site": row.site, "placements": row.placements}
+        try:
+            site.submit(row.dispatch_id, row.entrypoint, row.runtime_env, allocation)
+        except SiteUnavailable as e:
+            self.store.update(job_id, message=f"dispatch pending: {e}")
+            return
+        self.store.update(job_id, status="RUNNING", message=f"running at {row.site}")
+
+    def _sync(self, now: float) -> None:
+        """Finished jobs free their capacity; due preemptions stop and requeue; lost dispatches retry."""
+        for row in self.store.jobs({"ADMITTED", "RUNNING"}):
+            site = self.sites.get(row.site)
+            if site is None:
+                continue
+            if row.status == "ADMITTED":
+                self._dispatch(row.id)  # decided before a restart or a site outage: act now
+                continue
+            if row.stop_at_s is not None and row.stop_at_s <= now:
+                try:
+                    site.stop(row.dispatch_id)
+                except SiteUnavailable:
+                    continue
+                self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None,
+                                  attempt=row.attempt + 1, message="requeued after preemption")
+                continue
+            try:
+                status = site.status(row.dispatch_id)
+            except SiteUnavailable:
+                continue
+            if status in TERMINAL and row.stop_at_s is None:
+                self.store.update(row.id, status=status, ended_s=now, message=f"{status.lower()} at {row.site}")
+
+    # ---- what people see ----
+
+    def job_details(self, row: JobRow) -> dict:
+        """The job as Ray's job API describes it (JobDetails)."""
+        status = "PENDING" if row.status == "ADMITTED" else row.status
+        return {
+            "type": "SUBMISSION", "job_id": None, "submission_id": row.id, "driver_info": None, "status": status,
+            "entrypoint": row.entrypoint, "message": row.message, "error_type": None,
+            "start_time": int(row.submitted_s * 1000), "end_time": int(row.ended_s * 1000) if row.ended_s else None,
+            "metadata": {str(k): str(v) for k, v in (row.metadata or {}).items()}, "runtime_env": row.runtime_env or {},
+            "driver_agent_http_address": None, "driver_node_id": None, "driver_exit_code": None,
+        }
+
+    def logs(self, row: JobRow) -> str:
+        if row.dispatch_id and row.site in self.sites:
+            return self.sites[row.site].logs(row.dispatch_id)
+        return ""
+
+    def status(self) -> dict:
+        rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
+        usage: dict[str, float] = {}
+        for r in rows:
+            if r.status != "PENDING":
+                spec = self._spec(r.id, r.request, r.submitted_s)
+                usage[spec.queue] = usage.get(spec.queue, 0.0) + spec.per_task.gpu * len(r.placements or [])
+        return {
+            "federation": self.fed.name,
+            "sites": [{"name": s.name, "kind": s.kind, "connected": s.name in self.sites} for s in self.fed.sites],
+            "nodes": [{"name": n.name, "site": n.site, "gpus": n.gpus, "gpu_model": n.gpu_model} for n in self.nodes],
+            "queues": [{"name": q.name, "parent": q.parent, "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),
+                        "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)} for q in self.fed.queues],
+            "pending": [{"job": r.id, "reason": r.reason, "message": r.message} for r in rows if r.status == "PENDING"],
+            "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
+        }

@@ -1,0 +1,69 @@
+"""A site's Ray cluster, reached through Ray's own job client: the only place that talks to it.
+
+Errors are classified once here: a site that cannot be reached raises SiteUnavailable, which the
+controller records and retries next cycle.
+"""
+
+from __future__ import annotations
+
+import json
+
+from federation.errors import FederationError
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+class SiteUnavailable(FederationError):
+    pass
+
+
+class RaySite:
+    def __init__(self, name: str, address: str):
+        self.name, self.address = name, address
+        self._client = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            from ray.job_submission import JobSubmissionClient
+
+            try:
+                self._client = JobSubmissionClient(self.address)
+            except (ConnectionError, RuntimeError) as e:
+                raise SiteUnavailable(f"site {self.name}: cannot reach its Ray cluster at {self.address}: {e}") from None
+        return self._client
+
+    def submit(self, dispatch_id: str, entrypoint: str, runtime_env: dict, allocation: dict) -> None:
+        """Start the job at the site; a dispatch id the site already has is not started again."""
+        env = dict(runtime_env or {})
+        env["env_vars"] = {**env.get("env_vars", {}), "FEDERATION_ALLOCATION": json.dumps(allocation), "FEDERATION_JOB_ID": allocation["job"]}
+        try:
+            self.client.submit_job(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=env, metadata={"federation-job": allocation["job"]})
+        except RuntimeError as e:
+            if "already exists" in str(e):
+                return  # dispatched before a restart: idempotent by dispatch id
+            raise SiteUnavailable(f"site {self.name}: submit failed: {e}") from None
+        except ConnectionError as e:
+            raise SiteUnavailable(f"site {self.name}: {e}") from None
+
+    def status(self, dispatch_id: str) -> str | None:
+        try:
+            return str(self.client.get_job_status(dispatch_id).value)
+        except RuntimeError as e:
+            if "does not exist" in str(e):
+                return None
+            raise SiteUnavailable(f"site {self.name}: {e}") from None
+        except ConnectionError as e:
+            raise SiteUnavailable(f"site {self.name}: {e}") from None
+
+    def logs(self, dispatch_id: str) -> str:
+        try:
+            return self.client.get_job_logs(dispatch_id)
+        except (RuntimeError, ConnectionError):
+            return ""
+
+    def stop(self, dispatch_id: str) -> None:
+        try:
+            self.client.stop_job(dispatch_id)
+        except (RuntimeError, ConnectionError) as e:
+            raise SiteUnavailable(f"site {self.name}: stop failed: {e}") from None

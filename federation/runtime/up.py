@@ -1,0 +1,82 @@
+"""`fedctl up`: a local Ray cluster for the local sites (when none is given), the controller and the API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from federation.errors import FederationError
+from federation.model import Federation
+from federation.runtime.api import load_tokens, serve
+from federation.runtime.controller import Controller
+from federation.runtime.sites import RaySite
+from federation.store import Store
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_local_ray(gpus: int, cpus: int) -> tuple[str, dict]:
+    """A Ray head on loopback with logical GPUs; token auth is turned off explicitly (loopback only)."""
+    ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)  # it would override --address
+    dash = _free_port()
+    r = subprocess.run([ray, "start", "--head", "--num-gpus", str(gpus), "--num-cpus", str(cpus), "--node-ip-address", "127.0.0.1",
+                        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--port", str(_free_port()), "--disable-usage-stats"],
+                       env=env, capture_output=True, text=True, timeout=180)
+    if r.returncode != 0:
+        raise FederationError(f"could not start a local Ray cluster: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    return f"http://127.0.0.1:{dash}", env
+
+
+def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
+    host, _, port = fed.api.listen.rpartition(":")
+    if not port.isdigit():
+        raise FederationError(f"api.listen: {fed.api.listen!r} is not HOST:PORT")
+    tokens = load_tokens(fed.api.tokens_file)
+    sites: dict[str, RaySite] = {}
+    local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
+    started_env = None
+    if local:
+        gpus = sum(g.count * g.gpus_per_node for s in local for g in s.node_groups)
+        address, started_env = start_local_ray(max(gpus, 1), max(2, os.cpu_count() or 2))
+        log(f"started a local Ray cluster at {address} with {gpus} logical GPUs for {', '.join(s.name for s in local)}")
+        for s in local:
+            sites[s.name] = RaySite(s.name, address)
+    for s in fed.sites:
+        if s.ray_address and s.name not in sites:
+            sites[s.name] = RaySite(s.name, s.ray_address)
+    ctl = Controller(fed, Store(state), sites)
+
+    async def main():
+        runner = await serve(ctl, host or "127.0.0.1", int(port), cycle_s, tokens)
+        log(f"federation {fed.name!r} is serving the Ray Jobs API at http://{host}:{port}")
+        log(f"  submit: ray job submit --address http://{host}:{port} --metadata-json '{{\"queue\": \"{fed.leaf_queues[0]}\"}}' -- python -c \"print('hi')\"")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    def on_term(*_):
+        raise KeyboardInterrupt  # stop cleanly on SIGTERM too, so the Ray cluster we started is stopped
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        log("stopping")
+    finally:
+        if started_env is not None:
+            ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+            subprocess.run([ray, "stop"], env=started_env, capture_output=True, timeout=120)

@@ -1,0 +1,223 @@
+"""The live controller against a real local Ray cluster, driven by Ray's own client and CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from federation.config import parse
+from federation.runtime.api import serve
+from federation.runtime.controller import Controller
+from federation.runtime.sites import RaySite
+from federation.store import Store
+
+RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+
+CONFIG = """
+federation: {name: live, timezone: UTC}
+priority_classes: [{name: normal, value: 100, default: true}, {name: high, value: 1000}]
+sites:
+  - name: idc
+    kind: local
+    provider: {kind: local}
+    node_groups:
+      - {name: gpu, gpu_model: A100-80GB, gpus_per_node: 4, cpus_per_node: 4, memory_gib_per_node: 16, count: 2}
+queues:
+  - {name: train, deserved: {gpu: 4}, capability: {gpu: 6}}
+  - {name: batch, deserved: {gpu: 4}}
+policies: {preemption: {grace_s: 1}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_site():
+    """One local Ray cluster for the session: logical GPUs, loopback, auth off (set explicitly)."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    dash = free_port()
+    gcs = free_port()
+    r = subprocess.run([RAY, "start", "--head", "--num-cpus", "4", "--num-gpus", "8", "--node-ip-address", "127.0.0.1",
+                        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--port", str(gcs), "--disable-usage-stats",
+                        "--include-dashboard", "true"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    yield f"http://127.0.0.1:{dash}"
+    subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+class Live:
+    def __init__(self, address: str, tmp: Path, tokens=None):
+        self.fed = parse(CONFIG, "live.yaml")
+        self.store = Store(tmp / "state.sqlite")
+        self.ctl = Controller(self.fed, self.store, {"idc": RaySite("idc", address)})
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            self.runner = self.loop.run_until_complete(serve(self.ctl, "127.0.0.1", self.port, cycle_s=0.3, tokens=tokens))
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait(30)
+
+    def close(self):
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def live(ray_site, tmp_path):
+    lv = Live(ray_site, tmp_path)
+    yield lv
+    lv.close()
+
+
+def wait_status(client, job_id, statuses, timeout=90):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = str(client.get_job_status(job_id).value)
+        if s in statuses:
+            return s
+        time.sleep(0.3)
+    raise AssertionError(f"{job_id} did not reach {statuses}: {client.get_job_info(job_id)}")
+
+
+def test_job_submission_client_runs_a_gang_at_the_site_with_its_allocation(live):
+    from ray.job_submission import JobSubmissionClient
+
+    c = JobSubmissionClient(live.url)
+    job_id = c.submit_job(entrypoint="python -c \"import os, json; a = json.loads(os.environ['FEDERATION_ALLOCATION']); print('placed', len(a['placements']), a['site'])\"",
+                          metadata={"queue": "train", "tasks": "2", "gpus_per_task": "2"})
+    assert wait_status(c, job_id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    assert "placed 2 idc" in c.get_job_logs(job_id)
+    row = live.store.get(job_id)
+    assert row.site == "idc" and len(row.placements) == 2
+
+
+def test_the_stock_ray_job_submit_cli_works_unchanged(live):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    r = subprocess.run([RAY, "job", "submit", "--address", live.url, "--submission-id", "cli-1", "--metadata-json", json.dumps({"queue": "batch"}),
+                        "--entrypoint-num-gpus", "1", "--", "python", "-c", "print('from the cli')"], env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "from the cli" in r.stdout
+    assert live.store.get("cli-1").status == "SUCCEEDED"
+
+
+def test_a_job_over_quota_waits_with_its_reason_and_runs_when_quota_frees(live):
+    from ray.job_submission import JobSubmissionClient
+
+    c = JobSubmissionClient(live.url)
+    first = c.submit_job(entrypoint="python -c \"import time; time.sleep(4)\"", metadata={"queue": "train", "gpus_per_task": "4"})
+    wait_status(c, first, {"RUNNING", "PENDING"})
+    time.sleep(1)
+    second = c.submit_job(entrypoint="python -c \"print('second')\"", metadata={"queue": "train", "gpus_per_task": "4"})
+    time.sleep(1.5)
+    info = c.get_job_info(second)
+    assert str(info.status.value) == "PENDING" and "ExceedsCapability" in info.message
+    assert wait_status(c, second, {"SUCCEEDED", "FAILED"}, timeout=120) == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("body,words", [
+    ({"entrypoint": "true", "metadata": {"queue": "nope"}}, "unknown queue 'nope'"),
+    ({"entrypoint": "true", "metadata": {"queue": "train", "tasks": "two"}}, "metadata.tasks"),
+    ({"entrypoint": "true", "metadata": {"queue": "train", "tasks": "3", "gpus_per_task": "8"}}, "gpus_per_task"),
+    ({"entrypoint": "true", "metadata": {}}, "metadata.queue"),
+    ({"metadata": {"queue": "train"}}, "entrypoint"),
+])
+def test_a_bad_submission_gets_a_4xx_naming_the_problem(live, body, words):
+    import requests
+
+    r = requests.post(f"{live.url}/api/jobs/", json=body, timeout=30)
+    assert r.status_code == 400 and words in r.text, r.text
+
+
+def test_submissions_are_idempotent_by_submission_id(live):
+    import requests
+
+    body = {"entrypoint": "python -c \"print(1)\"", "submission_id": "same-1", "metadata": {"queue": "batch"}}
+    a = requests.post(f"{live.url}/api/jobs/", json=body, timeout=30).json()
+    b = requests.post(f"{live.url}/api/jobs/", json=body, timeout=30).json()
+    assert a == b == {"job_id": "same-1", "submission_id": "same-1"}
+    assert len([r for r in live.store.jobs() if r.id == "same-1"]) == 1
+
+
+def test_a_restarted_controller_loses_nothing_and_dispatches_nothing_twice(ray_site, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    lv = Live(ray_site, tmp_path)
+    c = JobSubmissionClient(lv.url)
+    job_id = c.submit_job(entrypoint="python -c \"import time; time.sleep(3); print('done once')\"", metadata={"queue": "batch"})
+    wait_status(c, job_id, {"RUNNING"})
+    lv.close()
+    again = Live(ray_site, tmp_path)  # same store file
+    c2 = JobSubmissionClient(again.url)
+    assert wait_status(c2, job_id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    site = JobSubmissionClient(ray_site)
+    dispatched = [j for j in site.list_jobs() if (j.metadata or {}).get("federation-job") == job_id]
+    assert len(dispatched) == 1
+    again.close()
+
+
+def test_a_wrong_token_gets_401_or_403(ray_site, tmp_path):
+    import requests
+
+    lv = Live(ray_site, tmp_path, tokens={"secret-train": "train"})
+    try:
+        body = {"entrypoint": "true", "metadata": {"queue": "train"}}
+        assert requests.post(f"{lv.url}/api/jobs/", json=body, timeout=30).status_code == 401
+        assert requests.post(f"{lv.url}/api/jobs/", json=body, headers={"Authorization": "Bearer wrong"}, timeout=30).status_code == 403
+        other = {"entrypoint": "true", "metadata": {"queue": "batch"}}
+        assert requests.post(f"{lv.url}/api/jobs/", json=other, headers={"Authorization": "Bearer secret-train"}, timeout=30).status_code == 403
+        assert requests.post(f"{lv.url}/api/jobs/", json=body, headers={"Authorization": "Bearer secret-train"}, timeout=30).status_code == 200
+    finally:
+        lv.close()
+
+
+def test_status_and_metrics_describe_the_federation(live):
+    import requests
+
+    doc = requests.get(f"{live.url}/api/federation/status", timeout=30).json()
+    assert {q["name"] for q in doc["queues"]} == {"train", "batch"} and len(doc["nodes"]) == 2
+    text = requests.get(f"{live.url}/metrics", timeout=30).text
+    assert "federation_queue_gpu_usage" in text and "federation_cycle_seconds" in text
+
+
+def test_a_reclaim_really_stops_the_borrowing_ray_job_and_requeues_it(live, ray_site):
+    from ray.job_submission import JobSubmissionClient
+
+    c = JobSubmissionClient(live.url)
+    long = "python -c \"import time; time.sleep(120)\""
+    borrowers = [c.submit_job(entrypoint=long, metadata={"queue": "batch", "gpus_per_task": "4"}) for _ in range(2)]  # batch borrows 4
+    for b in borrowers:
+        wait_status(c, b, {"RUNNING"})
+    mine = c.submit_job(entrypoint="python -c \"print('reclaimed')\"", metadata={"queue": "train", "gpus_per_task": "4"})
+    assert wait_status(c, mine, {"SUCCEEDED", "FAILED"}, timeout=120) == "SUCCEEDED"
+    victims = [b for b in borrowers if live.store.get(b).attempt == 1]
+    assert len(victims) == 1
+    site = JobSubmissionClient(ray_site)
+    assert str(site.get_job_status(f"{victims[0]}-0").value) == "STOPPED"  # the site's Ray job, first attempt
+    for b in borrowers:
+        c.stop_job(b)
