@@ -1,0 +1,73 @@
+"""Tidal windows: when they are active, what they change, and which wins when they overlap."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from federation.config import load, parse
+from policies.tidal import active_policies, effective_burst, effective_queues, next_transition
+
+from .conftest import CONFIGS
+
+FED = load(CONFIGS / "idc-aws-gcp.yaml")
+SH = ZoneInfo("Asia/Shanghai")
+
+
+def at(day: int, hour: int, minute: int = 0, tz=SH) -> datetime:
+    return datetime(2026, 1, 5 + day, hour, minute, tzinfo=tz)  # 2026-01-05 is a Monday
+
+
+@pytest.mark.parametrize("when,active", [
+    (at(0, 9), {"daytime-inference"}),  # Monday morning
+    (at(0, 23), {"night-training"}),
+    (at(1, 3), {"night-training"}),  # crosses midnight into Tuesday
+    (at(5, 12), set()),  # Saturday noon: the day window is weekdays only
+    (at(0, 8, 0), {"daytime-inference"}),  # start is inclusive
+    (at(0, 22, 0), {"night-training"}),  # end is exclusive
+])
+def test_windows_are_active_in_the_federations_timezone(when, active):
+    assert {p.name for p in active_policies(FED, when)} == active
+
+
+def test_a_window_reshapes_quotas_and_leaves_unnamed_fields_alone():
+    day = {q.name: q for q in effective_queues(FED, at(0, 10))}
+    night = {q.name: q for q in effective_queues(FED, at(0, 23))}
+    assert day["online"].guarantee.gpu == 32 and day["online"].deserved.gpu == 40
+    assert day["online"].capability.gpu == 48  # not overridden
+    assert night["online"].guarantee.gpu == 8 and night["research"].deserved.gpu == 72
+
+
+def test_a_window_changes_the_burst_budget():
+    assert effective_burst(FED, at(0, 23)) == (True, 300)
+    assert effective_burst(FED, at(0, 10)) == (True, 150)
+
+
+def test_the_later_listed_window_wins_where_windows_overlap():
+    text = (CONFIGS / "idc-aws-gcp.yaml").read_text().replace(
+        '    - name: forecast-prewarm', '''    - name: override
+      window: {start: "09:00", end: "10:00"}
+      queues:
+        online: {guarantee: {gpu: 20}}
+    - name: forecast-prewarm''')
+    fed = parse(text)
+    q = {q.name: q for q in effective_queues(fed, at(0, 9, 30))}["online"]
+    assert q.guarantee.gpu == 20 and q.deserved.gpu == 40  # guarantee from the later window, deserved from the earlier
+
+
+def test_the_next_transition_is_the_next_window_edge():
+    assert next_transition(FED, at(0, 10)) == at(0, 22)
+    assert next_transition(FED, at(0, 23)) == at(1, 8)
+
+
+def test_windows_follow_daylight_saving_time():
+    text = (CONFIGS / "idc-aws-gcp.yaml").read_text().replace("timezone: Asia/Shanghai", "timezone: Europe/Berlin")
+    fed = parse(text)
+    berlin = ZoneInfo("Europe/Berlin")
+    # 2026-03-30 (Monday, summer time) 08:30 local is 06:30 UTC; in winter 08:30 local is 07:30 UTC
+    summer = datetime(2026, 3, 30, 6, 30, tzinfo=ZoneInfo("UTC")).astimezone(berlin)
+    winter = datetime(2026, 1, 5, 7, 30, tzinfo=ZoneInfo("UTC")).astimezone(berlin)
+    assert {p.name for p in active_policies(fed, summer)} == {"daytime-inference"}
+    assert {p.name for p in active_policies(fed, winter)} == {"daytime-inference"}
