@@ -39,10 +39,6 @@ class NodeState:
     def free_gpu_milli(self) -> int:
         return sum(self.gpu_free)
 
-    @property
-    def used_gpu_milli(self) -> int:
-        return self.node.gpus * GPU - sum(self.gpu_free) if not self.node.mig_layout else 0
-
 
 def _mig_instances(node: Node) -> list[tuple[int, str, int]]:
     return [(gpu, profile, start) for gpu, profile, start in node.mig_layout]

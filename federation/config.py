@@ -50,6 +50,10 @@ def _walk(node: yaml.Node, path: tuple, positions: Positions, problems: list[Pro
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
+                problems.append(Problem(file, line, col, _dotted(path), "a key must be a plain name, not a list or mapping"))
+                continue
             key = key_node.value
             if key in seen:
                 line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1

@@ -232,14 +232,6 @@ class JobSpec:
         """What decides where a task fits, hashable (placement caches by it)."""
         return (self.per_task.as_tuple(), self.gpu_models, self.mig_profile, self.tasks)
 
-    @property
-    def whole_gpus_per_task(self) -> int:
-        return self.per_task.gpu_milli // 1000 if self.per_task.gpu_milli >= 1000 else 0
-
-    @property
-    def shares_gpu(self) -> bool:
-        return 0 < self.per_task.gpu_milli < 1000 and self.mig_profile is None
-
     def request(self, tasks: int | None = None) -> Resources:
         return self.per_task.times(self.tasks if tasks is None else tasks)
 

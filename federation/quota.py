@@ -20,7 +20,7 @@ capability C, borrowing limit B and lending limit L:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from federation.errors import SnapshotError
@@ -101,10 +101,6 @@ class QuotaTree:
                 self.root_held = self.root_held + delta
             else:
                 self.kids_held[parent] = self.kids_held[parent] + delta
-
-    def add_all(self, items: Iterable[tuple[str, Resources]]) -> None:
-        for leaf, r in items:
-            self.add(leaf, r)
 
     # ---- admission ----
 

@@ -26,10 +26,6 @@ class Profile:
     def placements(self) -> list[list[int]]:
         return [[s, self.memory] for s in self.starts]
 
-    @property
-    def media_extensions(self) -> bool:
-        return self.name.endswith("+me")
-
 
 @dataclass(frozen=True)
 class GpuMigSpec:
@@ -76,10 +72,6 @@ CATALOG: dict[str, GpuMigSpec] = {
         _a30(),
     )
 }
-
-
-def spec_for(gpu_model: str) -> GpuMigSpec | None:
-    return CATALOG.get(gpu_model)
 
 
 @dataclass(frozen=True)
