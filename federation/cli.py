@@ -27,6 +27,14 @@ bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in bench
 app.add_typer(bench_app, name="bench")
 err = Console(stderr=True)
 
+
+def out() -> Console:
+    """Standard output for people; tables are not squeezed to 80 columns when piped."""
+    c = Console()
+    if not c.is_terminal:
+        c.width = max(c.width, 160)
+    return c
+
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Federation config (default: the embedded configs/local.yaml).")]
 
 
@@ -127,7 +135,7 @@ def compare(a: Annotated[Path, typer.Argument(help="A simulation output director
     """Two simulation reports side by side (a what-if)."""
     from federation.simulation.compare import compare_reports
 
-    Console().print(compare_reports(a, b))
+    out().print(compare_reports(a, b))
 
 
 @app.command()
@@ -152,19 +160,87 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
         doc = requests.get(f"{address}/api/federation/status", timeout=10).json()
     except (requests.RequestException, ValueError) as e:
         raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
-    out = Console()
+    con = out()
     table = Table(title=f"queues of {doc['federation']}")
     for col in ("queue", "parent", "guarantee GPU", "deserved GPU", "using GPU", "borrowed GPU"):
         table.add_column(col)
     for q in doc["queues"]:
         table.add_row(q["name"], q["parent"] or "", f"{q['guarantee']['gpu']:g}", f"{q['deserved']['gpu']:g}", f"{q['usage_gpu']:g}", f"{q['borrowed_gpu']:g}")
-    out.print(table)
+    con.print(table)
     pending = Table(title="pending jobs")
     pending.add_column("job")
     pending.add_column("why")
     for p in doc["pending"]:
         pending.add_row(p["job"], p["message"] or "")
-    out.print(pending)
+    con.print(pending)
+
+
+@app.command()
+def explain(
+    job: Annotated[str, typer.Argument(help="The job's submission id.")],
+    address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266",
+) -> None:
+    """Why a job is where it is: its status, pending reason, site and placements."""
+    import requests
+
+    try:
+        r = requests.get(f"{address}/api/federation/jobs/{job}/explain", timeout=10)
+    except requests.RequestException as e:
+        raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
+    if r.status_code == 404:
+        raise FederationError(f"job {job!r} is not known to the federation at {address}")
+    doc = r.json()
+    out().print(f"{doc['job']}: {doc['status']}" + (f" at {doc['site']}" if doc["site"] else ""))
+    if doc["message"]:
+        out().print(f"  {doc['message']}", markup=False)
+    for p in doc["placements"] or []:
+        out().print(f"  task on {p['node']}, GPUs {p['gpus']}", markup=False)
+
+
+tidal_app = typer.Typer(no_args_is_help=True, help="Tidal (time-window) policies.")
+app.add_typer(tidal_app, name="tidal")
+
+
+@tidal_app.command("preview")
+def tidal_preview(
+    config: ConfigOpt = None,
+    start: Annotated[str | None, typer.Option("--from", help="Local start time, ISO 8601 (default: the next Monday 00:00).")] = None,
+    hours: Annotated[int, typer.Option("--hours", min=1, max=24 * 14)] = 48,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The effective GPU quotas hour by hour, with the windows active in each hour."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from rich.table import Table
+
+    from federation.simulation.run import parse_start
+    from policies.tidal import active_policies, effective_burst, effective_queues
+
+    fed = load_config(config)
+    tz = ZoneInfo(fed.timezone)
+    t0 = parse_start(start) or datetime(2026, 1, 5)
+    t0 = t0.replace(tzinfo=tz) if t0.tzinfo is None else t0.astimezone(tz)
+    rows = []
+    for h in range(hours):
+        t = t0 + timedelta(hours=h)
+        queues = effective_queues(fed, t)
+        enabled, budget = effective_burst(fed, t)
+        rows.append({"time": t.isoformat(timespec="minutes"), "windows": [p.name for p in active_policies(fed, t)],
+                     "burst_budget_usd_per_hour": budget if enabled else 0.0,
+                     "queues": {q.name: {"guarantee_gpu": q.guarantee.gpu, "deserved_gpu": q.deserved.gpu} for q in queues}})
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"effective quotas of {fed.name} ({fed.timezone}), guarantee/deserved GPUs")
+    table.add_column("time")
+    table.add_column("windows")
+    for q in fed.queues:
+        table.add_column(q.name)
+    table.add_column("burst $/h")
+    for r in rows:
+        table.add_row(r["time"], ", ".join(r["windows"]) or "-", *(f"{v['guarantee_gpu']:g}/{v['deserved_gpu']:g}" for v in r["queues"].values()), f"{r['burst_budget_usd_per_hour']:g}")
+    out().print(table)
 
 
 @app.command()
@@ -172,7 +248,7 @@ def demo(config: ConfigOpt = None) -> None:
     """The main job on the embedded default. (Until the Ray runtime lands: a short simulation.)"""
     from federation.simulation.demo import run_demo
 
-    run_demo(load_config(config), Console())
+    run_demo(load_config(config), out())
 
 
 @app.command()
@@ -240,7 +316,7 @@ def mig_profiles(
         table.add_column(col)
     for name, p in doc["profiles"].items():
         table.add_row(name, str(p["compute"]), str(p["memory"]), str(p["max"]), " ".join(f"{s}:{n}" for s, n in p["placements"]))
-    Console().print(table)
+    out().print(table)
 
 
 @mig_app.command("plan")
@@ -277,8 +353,8 @@ def mig_plan(
         print_json(result.to_dict())
         return
     for i, lay in enumerate(result.layouts):
-        Console().print(f"GPU {i}: " + (", ".join(f"{x['profile']}@{x['start']}" for x in lay) or "(no instances)"))
-    Console().print(f"satisfied {result.satisfied}, unsatisfied {result.unsatisfied}, reconfigured {result.reconfigured_gpus} GPU(s)")
+        out().print(f"GPU {i}: " + (", ".join(f"{x['profile']}@{x['start']}" for x in lay) or "(no instances)"))
+    out().print(f"satisfied {result.satisfied}, unsatisfied {result.unsatisfied}, reconfigured {result.reconfigured_gpus} GPU(s)")
 
 
 def main() -> None:

@@ -221,3 +221,19 @@ def test_a_reclaim_really_stops_the_borrowing_ray_job_and_requeues_it(live, ray_
     assert str(site.get_job_status(f"{victims[0]}-0").value) == "STOPPED"  # the site's Ray job, first attempt
     for b in borrowers:
         c.stop_job(b)
+
+
+def test_fedctl_explain_and_status_read_the_live_federation(live):
+    from ray.job_submission import JobSubmissionClient
+
+    c = JobSubmissionClient(live.url)
+    first = c.submit_job(entrypoint="python -c \"import time; time.sleep(30)\"", metadata={"queue": "train", "gpus_per_task": "4"})
+    wait_status(c, first, {"RUNNING"})
+    job_id = c.submit_job(entrypoint="python -c \"print(1)\"", metadata={"queue": "train", "gpus_per_task": "4"})  # 8 > capability 6
+    time.sleep(1.5)
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "explain", job_id, "--address", live.url], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "PENDING" in r.stdout and "ExceedsCapability" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "status", "--address", live.url], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and job_id in r.stdout
+    for j in (first, job_id):
+        c.stop_job(j)

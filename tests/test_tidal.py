@@ -71,3 +71,17 @@ def test_windows_follow_daylight_saving_time():
     winter = datetime(2026, 1, 5, 7, 30, tzinfo=ZoneInfo("UTC")).astimezone(berlin)
     assert {p.name for p in active_policies(fed, summer)} == {"daytime-inference"}
     assert {p.name for p in active_policies(fed, winter)} == {"daytime-inference"}
+
+
+def test_fedctl_tidal_preview_prints_the_effective_quotas_hour_by_hour():
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "tidal", "preview", "--config", str(CONFIGS / "idc-aws-gcp.yaml"),
+                        "--from", "2026-01-05T07:00", "--hours", "3", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [row["windows"] for row in rows] == [["night-training"], ["daytime-inference"], ["daytime-inference"]]
+    assert rows[1]["queues"]["online"] == {"guarantee_gpu": 32.0, "deserved_gpu": 40.0}
+    assert rows[0]["burst_budget_usd_per_hour"] == 300

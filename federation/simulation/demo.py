@@ -37,8 +37,6 @@ def demo_trace(fed: Federation) -> Trace:
 
 
 def run_demo(fed: Federation, console: Console) -> dict:
-    if not console.is_terminal:
-        console.width = max(console.width, 120)
     console.print(f"[bold]fedctl demo[/bold]: a simulation of [cyan]{fed.source}[/cyan] (the Ray runtime is not built yet)")
     report, res = simulate(fed, demo_trace(fed), None, SimOptions(seed=0), html=False)
     table = Table(title="jobs")
