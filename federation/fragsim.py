@@ -146,6 +146,7 @@ class Experiment:
         self.version = np.zeros(len(cluster.names), dtype=np.int64)
         self.cache: dict[Pod, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # pod -> (score, gpu, version)
         self.classes = [Counter() for _ in cluster.names]  # request classes per node (clustering)
+        self.model_constrained = any(p.spec for p, _ in target)
 
     # ---- scores: higher is better; ties go to the first node by name ----
 
@@ -174,7 +175,7 @@ class Experiment:
     def _scores(self, pod: Pod, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         c = self.c
         if self.policy in ("fgd", "fragmentation-aware"):
-            exact = self.policy == "fragmentation-aware"
+            exact = self.policy == "fragmentation-aware" and not self.model_constrained
             score, gpu, ver = self.cache.get(pod) or (np.zeros(len(c.names)), np.full(len(c.names), -1), np.full(len(c.names), -1))
             stale = np.flatnonzero(ver != self.version)
             if len(stale):
@@ -186,6 +187,9 @@ class Experiment:
                 # points and lets the first node by name win ties, which packs; coarser steps pack
                 # more while still steering by fragmentation), then the node left with the least
                 # free GPU, then CPU. Tuned on the default trace, seeds 42-45 (benchmarks/README.md).
+                # That tie-break treats nodes as alike but for their free capacity; where the
+                # workload pins GPU models they are not (it then fills the scarce models' nodes
+                # with pods that could go anywhere), so there FGD's own rule is kept.
                 left_gpu = np.where(c.gpu >= 0, c.gpu, 0).sum(axis=1) - pod.gpu_milli
                 key = np.floor(score / OURS_STEP) * 1e12 - left_gpu * 1e6 - (c.cpu - pod.cpu) / 1000
                 return np.where(feasible, key, -np.inf), gpu
