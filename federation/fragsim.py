@@ -202,16 +202,44 @@ class Experiment:
             dot = (pod.cpu / CPU_SPEC) * (c.cpu / CPU_SPEC) + (pod.gpu_milli / GPU_SPEC) * (free_gpu / GPU_SPEC)
             return np.where(feasible, -dot, -np.inf), None
         if self.policy == "packing":
-            used = (c.gpu >= 0).sum(axis=1) * 1000 - free_gpu
-            shared = ((c.gpu > 0) & (c.gpu < 1000) & (c.gpu >= max(pod.milli, 1))).any(axis=1) if 0 < pod.milli < 1000 else np.zeros(len(c.names), bool)
-            tier = np.where(shared, 2, np.where(used > 0, 1, 0))
-            return np.where(feasible, tier, -np.inf), None
+            return np.where(feasible, self._packing(pod, feasible), -np.inf), None
         if self.policy == "clustering":
-            cls = _class(pod)
-            same = np.array([k[cls] > 0 for k in self.classes])
-            empty = np.array([not k for k in self.classes])
-            return np.where(feasible, np.where(same, 2, np.where(empty, 1, 0)), -np.inf), None
+            return np.where(feasible, self._clustering(pod, free_gpu), -np.inf), None
         return np.where(feasible, self.rng.random(len(c.names)), -np.inf), None  # random
+
+    def _packing(self, pod: Pod, feasible: np.ndarray) -> np.ndarray:
+        """GpuPacking: shared GPUs first (100 - free share of the GPUs used / 10, at least 50), then
+        free GPUs of a used node (50 - fully free GPUs taken, at least 33), then an idle node
+        (33 - its GPUs); CPU-only pods score 0 everywhere."""
+        score = np.zeros(len(self.c.names))
+        if pod.num == 0:
+            return score
+        for n in np.flatnonzero(feasible):
+            g = self.c.gpu[n]
+            gpus = g[g >= 0]
+            full = int((gpus == 1000).sum())
+            if full == len(gpus):
+                score[n] = max(33 - full, full)
+                continue
+            need, full_used, share = pod.num, 0, 0
+            for i in np.argsort(gpus, kind="stable"):  # the least free first
+                if need and gpus[i] >= (pod.milli if pod.milli < 1000 else 1000):
+                    need -= 1
+                    full_used += gpus[i] == 1000
+                    share += int(gpus[i]) * 100 // 1000
+            score[n] = max(50 - full_used, 33) if full_used else max(100 - share // 10, 50)
+        return score
+
+    def _clustering(self, pod: Pod, free_gpu: np.ndarray) -> np.ndarray:
+        """GpuClustering: a node holding only the pod's request class (75-100), several classes
+        including it (50-75), an idle node (25-50), other classes (0-25); fuller nodes higher
+        within each band. CPU-only pods score 0."""
+        if pod.num == 0:
+            return np.zeros(len(self.c.names))
+        cls = _class(pod)
+        fill = 25 * (GPU_SPEC - free_gpu) // GPU_SPEC
+        band = np.array([(75 if len(k) == 1 else 50) if k.get(cls) else (25 if not k else 0) for k in self.classes])
+        return fill + band
 
     def _choose_gpus(self, node: int, pod: Pod, fgd_gpu: int) -> list[int]:
         g = self.c.gpu[node]
@@ -252,7 +280,8 @@ class Experiment:
                 c.mem[node] -= pod.mem
                 used += pod.gpu_milli
                 self.version[node] += 1
-                self.classes[node][_class(pod)] += 1
+                if pod.num:
+                    self.classes[node][_class(pod)] += 1
                 self.node_frag[node] = self.frag.of(c.gpu[node : node + 1], c.cpu[node : node + 1], c.model[node : node + 1])[0]
             out.append((arrived / capacity * 100, used / capacity * 100, float(self.node_frag.sum()) / capacity * 100))
         return out
