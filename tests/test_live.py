@@ -46,8 +46,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def ray_site():
-    """One local Ray cluster for the session: logical GPUs, loopback, auth off (set explicitly)."""
+def ray_cluster():
+    """One local Ray cluster for the session: logical GPUs, loopback, auth off (set explicitly).
+    Yields (dashboard URL, GCS address)."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     dash = free_port()
@@ -57,8 +58,13 @@ def ray_site():
                         "--include-dashboard", "true"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    yield f"http://127.0.0.1:{dash}"
+    yield f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}"
     subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def ray_site(ray_cluster):
+    return ray_cluster[0]
 
 
 class Live:
@@ -218,7 +224,7 @@ def test_a_reclaim_really_stops_the_borrowing_ray_job_and_requeues_it(live, ray_
     victims = [b for b in borrowers if live.store.get(b).attempt == 1]
     assert len(victims) == 1
     site = JobSubmissionClient(ray_site)
-    assert str(site.get_job_status(f"{victims[0]}-0").value) == "STOPPED"  # the site's Ray job, first attempt
+    assert wait_status(site, f"{victims[0]}-0", {"STOPPED"}, timeout=60) == "STOPPED"  # the site's Ray job, first attempt
     for b in borrowers:
         c.stop_job(b)
 
@@ -237,3 +243,46 @@ def test_fedctl_explain_and_status_read_the_live_federation(live):
     assert r.returncode == 0 and job_id in r.stdout
     for j in (first, job_id):
         c.stop_job(j)
+
+
+BURST_CONFIG = CONFIG.replace("""queues:""", """  - name: burst
+    kind: local
+    provider: {kind: local}
+    node_groups:
+      - {name: gpu, gpu_model: A100-80GB, gpus_per_node: 4, cpus_per_node: 1, memory_gib_per_node: 16, min_nodes: 0, max_nodes: 1, price_usd_per_hour: 1, boot_s: 5}
+queues:""").replace("  - {name: train, deserved: {gpu: 4}, capability: {gpu: 6}}", "  - {name: train, deserved: {gpu: 4}, capability: {gpu: 12}, burst: true}").replace(
+    "policies: {preemption: {grace_s: 1}}", "policies: {preemption: {grace_s: 1}, burst: {enabled: true, pending_wait_s: 1, budget_usd_per_hour: 5, scale_in_idle_s: 2, provisioning_timeout_s: 120}}")
+
+
+def test_a_job_waits_for_a_local_burst_node_runs_there_and_the_idle_node_goes_back(ray_cluster, tmp_path):
+    from providers.local import LocalProvider
+
+    dashboard, gcs = ray_cluster
+    fed = parse(BURST_CONFIG, "burst.yaml")
+    prov = LocalProvider("burst", gcs, dashboard, 0.0, {**os.environ, "RAY_AUTH_MODE": "disabled"})
+    store = Store(tmp_path / "burst.sqlite")
+    ctl = Controller(fed, store, {"idc": RaySite("idc", dashboard), "burst": RaySite("burst", dashboard)}, providers={"burst": prov})
+    try:
+        fill = ctl.submit({"entrypoint": "python -c \"import time; time.sleep(60)\"", "metadata": {"queue": "train", "tasks": "2", "gpus_per_task": "4"}})
+        ctl.tick()
+        assert store.get(fill.id).site == "idc"  # the IDC is now full
+        row = ctl.submit({"entrypoint": "python -c \"print('on the burst node')\"", "metadata": {"queue": "train", "gpus_per_task": "4"}})
+        reasons = set()
+        deadline = time.time() + 120
+        while time.time() < deadline and store.get(row.id).status not in ("SUCCEEDED", "FAILED"):
+            ctl.tick()
+            reasons.add(store.get(row.id).reason)
+            time.sleep(0.5)
+        done = store.get(row.id)
+        assert done.status == "SUCCEEDED" and done.site == "burst", done
+        assert "WaitingForBurst" in reasons
+        ctl.stop(fill.id)
+        deadline = time.time() + 60
+        while time.time() < deadline and prov.list_nodes():
+            ctl.tick()
+            time.sleep(0.5)
+        assert not prov.list_nodes()  # released once idle for scale_in_idle_s
+    finally:
+        prov.close()
+        for r in store.jobs({"RUNNING", "ADMITTED", "PENDING"}):
+            ctl.stop(r.id)

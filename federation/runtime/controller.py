@@ -11,14 +11,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from federation.errors import FederationError, JobRejected
 from federation.feasibility import check_job
 from federation.jobs import make_job
-from federation.model import Federation, JobSpec, Node, RunningJob, TaskPlacement
+from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
 from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
 from federation.scheduler import Snapshot, schedule
 from federation.store import JobRow, Store
+from policies import burst as burst_policy
+from policies.tidal import effective_burst
+from providers.base import Provider
 
 META_INT = ("tasks", "min_tasks", "gpu_milli_per_task")
 META_FLOAT = ("gpus_per_task", "cpus_per_task", "memory_gib_per_task")
@@ -65,9 +70,15 @@ def request_from_submission(body: dict) -> dict:
 
 
 class Controller:
-    def __init__(self, fed: Federation, store: Store, sites: dict[str, RaySite], clock: Callable[[], float] = time.time):
+    def __init__(self, fed: Federation, store: Store, sites: dict[str, RaySite], clock: Callable[[], float] = time.time,
+                 providers: dict[str, Provider] | None = None):
         self.fed, self.store, self.sites, self.clock = fed, store, sites, clock
-        self.nodes = tuple(
+        self.providers = providers or {}
+        self.in_flight: dict[str, burst_policy.InFlight] = {}
+        self.blocked: dict[tuple[str, str], float] = {}
+        self.idle_since: dict[str, float] = {}
+        self.cloud_nodes: tuple[Node, ...] = ()
+        self.fixed_nodes = tuple(
             Node(f"{s.name}/{g.name}-{i}", s.name, g.name, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib)
             for s in fed.sites if s.name in sites for g in s.node_groups for i in range(g.count)
         )
@@ -118,7 +129,10 @@ class Controller:
             else:
                 placements = tuple(TaskPlacement(p["node"], tuple(p["gpus"]), p.get("gpu_milli")) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
-        plan = schedule(Snapshot(self.fed, self.nodes, tuple(running), tuple(pending), reservations=self.last_plan.reservations if self.last_plan else {}), now)
+        self._refresh_cloud(now)
+        covered = frozenset(j for f in self.in_flight.values() for j in f.jobs)
+        plan = schedule(Snapshot(self.fed, self.nodes, tuple(running), tuple(pending), burst_in_flight=covered,
+                                 reservations=self.last_plan.reservations if self.last_plan else {}), now)
         self.last_plan = plan
         for a in plan.admissions:
             row = self.store.get(a.job_id)
@@ -133,8 +147,73 @@ class Controller:
             self.store.update(p.job_id, stop_at_s=now + grace, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
         for job_id, reason in plan.pending.items():
             self.store.update(job_id, reason=reason.code, message=f"{reason.code}: {reason.message}")
+        if self.providers:
+            self._burst(now, plan, running)
         self.cycle_s.append(time.perf_counter() - began)
         del self.cycle_s[:-1000]
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self.fixed_nodes + self.cloud_nodes
+
+    def _refresh_cloud(self, now: float) -> None:
+        """Cloud nodes are what the providers list; requests that delivered, or timed out, end."""
+        nodes, seen = [], {}
+        for site, prov in self.providers.items():
+            for pn in prov.list_nodes():
+                g = self.fed.site(site).node_group(pn.group)
+                r = g.node_resources
+                nodes.append(Node(pn.name, site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib))
+                seen[pn.request_id] = seen.get(pn.request_id, 0) + 1
+            for err in prov.errors():
+                f = self.in_flight.pop(err.request_id, None)
+                if f is not None and err.kind in ("Capacity", "Quota"):
+                    self.blocked[(f.site, f.group)] = now + 600
+        self.cloud_nodes = tuple(nodes)
+        timeout = self.fed.policies.burst.provisioning_timeout_s
+        for rid, f in list(self.in_flight.items()):
+            if seen.get(rid, 0) >= f.count:
+                del self.in_flight[rid]
+            elif now - f.requested_s > timeout:
+                del self.in_flight[rid]
+                self.blocked[(f.site, f.group)] = now + 600  # the next cycle tries the next option
+        self.blocked = {k: t for k, t in self.blocked.items() if t > now}
+
+    def _burst(self, now: float, plan, running: list[RunningJob]) -> None:
+        used: dict[str, Resources] = {}
+        for r in running:
+            for p in r.placements:
+                used[p.node] = used.get(p.node, Resources()) + r.spec.per_task
+        cloud = []
+        for n in self.cloud_nodes:
+            busy = n.name in used
+            if busy:
+                self.idle_since.pop(n.name, None)
+            else:
+                self.idle_since.setdefault(n.name, now)
+            free = Resources(n.gpus * 1000, n.cpu_milli, n.memory_mib) - used.get(n.name, Resources())
+            cloud.append(burst_policy.CloudNode(n.name, n.site, n.node_group, busy, self.idle_since.get(n.name), free))
+        enabled, budget = effective_burst(self.fed, self._local(now))
+        pending_since = {r.id: r.submitted_s for r in self.store.jobs({"PENDING"})}
+        d = burst_policy.decide(self.fed, now, burst_policy.BurstInputs(
+            plan.capacity_requests, pending_since, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget, 0.0))
+        for job_id, (code, msg) in d.reasons.items():
+            self.store.update(job_id, reason=code, message=f"{code}: {msg}")
+        for up in d.scale_up:
+            rid = uuid.uuid4().hex[:8]
+            self.in_flight[rid] = burst_policy.InFlight(rid, up.site, up.group, up.count, now, up.jobs)
+            self.providers[up.site].request(rid, self.fed.site(up.site).node_group(up.group), up.count)
+            for j in up.jobs:
+                self.store.update(j, reason="WaitingForBurst", message=f"WaitingForBurst: {up.count} node(s) of {up.site}/{up.group} requested")
+        by_site: dict[str, list[str]] = {}
+        for name in d.release:
+            by_site.setdefault(next(n.site for n in self.cloud_nodes if n.name == name), []).append(name)
+            self.idle_since.pop(name, None)
+        for site, names in by_site.items():
+            self.providers[site].release(names)
+
+    def _local(self, now: float) -> datetime:
+        return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone))
 
     def _dispatch(self, job_id: str) -> None:
         row = self.store.get(job_id)

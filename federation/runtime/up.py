@@ -17,6 +17,7 @@ from federation.runtime.api import load_tokens, serve
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
 from federation.store import Store
+from providers.local import LocalProvider
 
 
 def _free_port() -> int:
@@ -25,19 +26,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_local_ray(gpus: int, cpus: int) -> tuple[str, dict]:
+def start_local_ray(gpus: int, cpus: int) -> tuple[str, str, dict]:
     """A Ray head on loopback with logical GPUs; token auth is turned off explicitly (loopback only)."""
     ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)  # it would override --address
-    dash = _free_port()
+    dash, gcs = _free_port(), _free_port()
     r = subprocess.run([ray, "start", "--head", "--num-gpus", str(gpus), "--num-cpus", str(cpus), "--node-ip-address", "127.0.0.1",
-                        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--port", str(_free_port()), "--disable-usage-stats"],
+                        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--port", str(gcs), "--disable-usage-stats"],
                        env=env, capture_output=True, text=True, timeout=180)
     if r.returncode != 0:
         raise FederationError(f"could not start a local Ray cluster: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    return f"http://127.0.0.1:{dash}", env
+    return f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}", env
 
 
 def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
@@ -46,18 +47,22 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
         raise FederationError(f"api.listen: {fed.api.listen!r} is not HOST:PORT")
     tokens = load_tokens(fed.api.tokens_file)
     sites: dict[str, RaySite] = {}
+    providers: dict[str, LocalProvider] = {}
     local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
     started_env = None
     if local:
         gpus = sum(g.count * g.gpus_per_node for s in local for g in s.node_groups)
-        address, started_env = start_local_ray(max(gpus, 1), max(2, os.cpu_count() or 2))
+        address, gcs, started_env = start_local_ray(max(gpus, 1), max(2, os.cpu_count() or 2))
         log(f"started a local Ray cluster at {address} with {gpus} logical GPUs for {', '.join(s.name for s in local)}")
         for s in local:
             sites[s.name] = RaySite(s.name, address)
+            if s.is_cloud:  # its "cloud nodes" are Ray workers started on this machine on demand
+                delay = getattr(s.provider, "start_delay_s", 0.0)
+                providers[s.name] = LocalProvider(s.name, gcs, address, delay, started_env)
     for s in fed.sites:
         if s.ray_address and s.name not in sites:
             sites[s.name] = RaySite(s.name, s.ray_address)
-    ctl = Controller(fed, Store(state), sites)
+    ctl = Controller(fed, Store(state), sites, providers=providers)
 
     async def main():
         runner = await serve(ctl, host or "127.0.0.1", int(port), cycle_s, tokens)
@@ -77,6 +82,8 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
     except KeyboardInterrupt:
         log("stopping")
     finally:
+        for p in providers.values():
+            p.close()
         if started_env is not None:
             ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
             subprocess.run([ray, "stop"], env=started_env, capture_output=True, timeout=120)

@@ -1,0 +1,94 @@
+"""Local "cloud" nodes: real Ray worker processes started on this machine (`configs/local.yaml`).
+
+A requested node is `ray start --address=<the local cluster> --block` with the node group's GPUs
+and CPUs and a custom resource naming the node, started after the provider's `start_delay_s`;
+it counts as up once the cluster lists it. Releasing it ends the process, which takes the node
+out of the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import requests
+
+from federation.model import NodeGroup
+from providers.base import ProvidedNode, Provider, ProviderError
+
+
+def node_resource(name: str) -> str:
+    return f"federation-node/{name}"
+
+
+class LocalProvider(Provider):
+    def __init__(self, site: str, gcs_address: str, dashboard: str, start_delay_s: float = 0.0, env: dict | None = None):
+        self.site, self.gcs, self.dashboard, self.delay = site, gcs_address, dashboard, start_delay_s
+        self.env = env or dict(os.environ)
+        self.procs: dict[str, tuple[str, str, subprocess.Popen | None]] = {}  # node -> (group, request id, process)
+        self.requested: set[str] = set()
+        self._errors: list[ProviderError] = []
+        self._lock = threading.Lock()
+
+    def request(self, request_id: str, group: NodeGroup, count: int) -> None:
+        with self._lock:
+            if request_id in self.requested:
+                return  # idempotent per request id
+            self.requested.add(request_id)
+        for i in range(count):
+            name = f"{self.site}/{group.name}-{request_id}-{i}"
+            with self._lock:
+                self.procs[name] = (group.name, request_id, None)
+            timer = threading.Timer(self.delay, self._start, args=(name, group, request_id))
+            timer.daemon = True
+            timer.start()
+
+    def _start(self, name: str, group: NodeGroup, request_id: str) -> None:
+        ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+        r = group.node_resources
+        cmd = [ray, "start", "--address", self.gcs, "--num-gpus", str(group.gpus_per_node), "--num-cpus", str(max(1, r.cpu_milli // 1000)),
+               "--resources", json.dumps({node_resource(name): 1}), "--block", "--disable-usage-stats"]
+        try:
+            proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError as e:
+            self._errors.append(ProviderError(request_id, "InvalidRequest", f"cannot start a local Ray worker: {e}"))
+            return
+        with self._lock:
+            if name in self.procs:
+                self.procs[name] = (group.name, request_id, proc)
+            else:  # released before it started
+                proc.terminate()
+
+    def list_nodes(self) -> list[ProvidedNode]:
+        try:
+            data = requests.get(f"{self.dashboard}/api/v0/nodes", params={"limit": 10000}, timeout=10).json()
+            alive = {res for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE" for res in (n.get("resources_total") or {})}
+        except (requests.RequestException, ValueError, KeyError, TypeError) as e:
+            self._errors.append(ProviderError("-", "Transient", f"cannot list the local cluster's nodes: {e}"))
+            return []
+        with self._lock:
+            return [ProvidedNode(name, self.site, g, rid) for name, (g, rid, p) in self.procs.items()
+                    if p is not None and p.poll() is None and node_resource(name) in alive]
+
+    def release(self, names: list[str]) -> None:
+        for name in names:
+            with self._lock:
+                entry = self.procs.pop(name, None)
+            if entry and entry[2] is not None:
+                entry[2].terminate()
+                try:
+                    entry[2].wait(30)
+                except subprocess.TimeoutExpired:
+                    entry[2].kill()
+
+    def errors(self) -> list[ProviderError]:
+        out, self._errors = self._errors, []
+        return out
+
+    def close(self) -> None:
+        self.release(list(self.procs))
