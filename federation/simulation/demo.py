@@ -1,8 +1,8 @@
-"""`fedctl demo` for now: a short simulation of the embedded default config, told as a story.
+"""`fedctl demo --simulate`: the demo's story on a virtual clock, in a second.
 
-Until the Ray runtime lands (issue 6) the demo replays a small mixed workload on a virtual
-clock through the real scheduling core, burst policy and accounting: an inference job, two
-training gangs that contend for the IDC, and a gang that must wait for burst nodes.
+It replays a small mixed workload through the real scheduling core, burst policy and
+accounting: an inference job, two training gangs that contend for the IDC, and a gang that must
+wait for burst nodes.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def demo_trace(fed: Federation) -> Trace:
 
 
 def run_demo(fed: Federation, console: Console) -> dict:
-    console.print(f"[bold]fedctl demo[/bold]: a simulation of [cyan]{fed.source}[/cyan] (the Ray runtime is not built yet)")
+    console.print(f"[bold]fedctl demo --simulate[/bold]: a simulation of [cyan]{fed.source}[/cyan]")
     report, res = simulate(fed, demo_trace(fed), None, SimOptions(seed=0), html=False)
     table = Table(title="jobs")
     for col in ("job", "queue", "gang", "submitted (s)", "started (s)", "site", "finished (s)", "preempted"):
