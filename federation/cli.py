@@ -261,6 +261,44 @@ def demo(
         raise typer.Exit(1)
 
 
+@app.command()
+def frag(
+    nodes: Annotated[Path, typer.Option("--nodes", help="Node CSV (openb_node_list_gpu_node.csv).")],
+    pods: Annotated[Path, typer.Option("--pods", help="Pod CSV (openb_pod_list_*.csv).")],
+    policy: Annotated[str, typer.Option("--policy", help="random, dotprod, bestfit, packing, clustering, fgd or fragmentation-aware.")],
+    out: Annotated[Path, typer.Option("--out", help="CSV to write: arrived_pct,allocated_pct,frag_pct.")],
+    seed: Annotated[int, typer.Option("--seed")] = 42,
+    tune: Annotated[float, typer.Option("--tune", help="Top the arrivals up (or cut them) to this x GPU capacity.")] = 1.3,
+) -> None:
+    """The FGD fill experiment (USENIX ATC'23 protocol) on the openb CSVs."""
+    from federation.fragsim import POLICIES, run_frag, write_csv
+
+    if policy not in POLICIES:
+        raise FederationError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    if not 0 < tune <= 5:
+        raise FederationError("--tune: give a factor between 0 and 5, e.g. 1.3")
+    rows = run_frag(nodes, pods, policy, seed, tune)
+    write_csv(rows, out)
+    at100 = next(a for b, a, _ in rows if b == 100)
+    err.print(f"{policy}, seed {seed}: {100 - at100:.2f}% of GPUs unallocated at 100% arrived; wrote {out}")
+
+
+@bench_app.command("scale")
+def bench_scale(
+    jobs: Annotated[int, typer.Option("--jobs", help="Pending gangs at the start.")] = 50_000,
+    nodes: Annotated[int, typer.Option("--nodes", help="Nodes of 8 GPUs, over 3 sites.")] = 10_000,
+    rounds: Annotated[int, typer.Option("--rounds", help="Incremental cycles of 100 new jobs.")] = 30,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The scheduling core at scale: admissions per second and incremental cycle time."""
+    from federation.bench.scale import run
+
+    result = run(pending_jobs=jobs, nodes=nodes, rounds=rounds, seed=seed, log=lambda m: err.print(m))
+    if as_json:
+        print_json(result)
+
+
 @mig_app.command("profiles")
 def mig_profiles(
     gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. A100-80GB.")],
