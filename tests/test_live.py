@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from federation.config import parse
 from federation.runtime.api import serve
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
+from federation.runtime.up import _free_port as free_port
 from federation.store import Store
 
 RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
@@ -37,12 +37,6 @@ queues:
   - {name: batch, deserved: {gpu: 4}}
 policies: {preemption: {grace_s: 1}}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from federation.model import Federation
 from federation.runtime.api import serve
 from federation.runtime.controller import Controller
 from federation.runtime.sites import TERMINAL, RaySite
-from federation.runtime.up import _free_port, start_local_ray
+from federation.runtime.up import free_port, start_local_ray
 from federation.store import Store
 from providers.local import LocalProvider
 
@@ -64,7 +64,7 @@ def run_demo(fed: Federation, console: Console, timeout_s: float = 420.0) -> boo
     state = Path(tempfile.mkdtemp(prefix="fedctl-demo-")) / "state.sqlite"
     providers = {s.name: LocalProvider(s.name, gcs, dashboard, getattr(s.provider, "start_delay_s", 0.0), env) for s in local if s.is_cloud}
     ctl = Controller(fed, Store(state), {s.name: RaySite(s.name, dashboard) for s in local}, providers=providers)
-    port = _free_port()
+    port = free_port()
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     holder = {}

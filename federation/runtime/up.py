@@ -20,7 +20,7 @@ from federation.store import Store
 from providers.local import LocalProvider
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -31,7 +31,7 @@ def start_local_ray(gpus: int, cpus: int) -> tuple[str, str, dict]:
     ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)  # it would override --address
-    dash, gcs = _free_port(), _free_port()
+    dash, gcs = free_port(), free_port()
     r = subprocess.run([ray, "start", "--head", "--num-gpus", str(gpus), "--num-cpus", str(cpus), "--node-ip-address", "127.0.0.1",
                         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--port", str(gcs), "--disable-usage-stats"],
                        env=env, capture_output=True, text=True, timeout=180)

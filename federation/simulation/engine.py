@@ -273,8 +273,7 @@ class Simulator:
         self.state.cluster.apply(run.spec, run.placements, -1)
         self.state.quota.add(run.spec.queue, run.usage, -1)
         for p in run.placements:
-            milli = p.gpu_milli if p.gpu_milli is not None else (run.spec.per_task.gpu_milli if p.mig else 1000 * len(p.gpus))
-            self.ledger.change(t, p.node, run.spec.queue, milli, run.spec.per_task.cpu_milli, -1)
+            self.ledger.change(t, p.node, run.spec.queue, _gpu_milli(run.spec, p), run.spec.per_task.cpu_milli, -1)
             jobs = self.node_jobs.get(p.node)
             if jobs is not None:
                 jobs.discard(job_id)
@@ -297,8 +296,7 @@ class Simulator:
             if p.mig is not None:
                 d["mig"] = {"gpu": p.mig[0], "profile": p.mig[1], "start": p.mig[2]}
             placements.append(d)
-            milli = p.gpu_milli if p.gpu_milli is not None else (spec.per_task.gpu_milli if p.mig else 1000 * len(p.gpus))
-            self.ledger.change(t, p.node, spec.queue, milli, spec.per_task.cpu_milli, 1)
+            self.ledger.change(t, p.node, spec.queue, _gpu_milli(spec, p), spec.per_task.cpu_milli, 1)
             self.node_jobs[p.node].add(a.job_id)
             if p.node in self.cloud:
                 self.cloud[p.node]["idle_since"] = None
@@ -417,3 +415,10 @@ class Simulator:
             "cloud_nodes": len(self.cloud),
             "spend_usd": self.ledger.total_cost,
         }
+
+
+def _gpu_milli(spec: JobSpec, p) -> int:
+    """Milli-GPU one task placement holds: its share, its MIG instance's, or its whole GPUs."""
+    if p.gpu_milli is not None:
+        return p.gpu_milli
+    return spec.per_task.gpu_milli if p.mig else 1000 * len(p.gpus)
