@@ -18,7 +18,7 @@ from federation.config import parse
 from federation.runtime.api import serve
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
-from federation.runtime.up import _free_port as free_port
+from federation.runtime.up import free_port
 from federation.store import Store
 
 RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
