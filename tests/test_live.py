@@ -18,7 +18,7 @@ from federation.config import parse
 from federation.runtime.api import serve
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
-from federation.runtime.up import free_port
+from federation.runtime.up import free_port, start_local_ray
 from federation.store import Store
 
 RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
@@ -43,16 +43,8 @@ policies: {preemption: {grace_s: 1}}
 def ray_cluster():
     """One local Ray cluster for the session: logical GPUs, loopback, auth off (set explicitly).
     Yields (dashboard URL, GCS address)."""
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    dash = free_port()
-    gcs = free_port()
-    r = subprocess.run([RAY, "start", "--head", "--num-cpus", "4", "--num-gpus", "8", "--node-ip-address", "127.0.0.1",
-                        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--port", str(gcs), "--disable-usage-stats",
-                        "--include-dashboard", "true"], env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    yield f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}"
+    dashboard, gcs, env = start_local_ray(gpus=8, cpus=4)  # what fedctl up starts
+    yield dashboard, gcs
     subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
