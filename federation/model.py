@@ -243,6 +243,20 @@ class TaskPlacement:
     gpu_milli: int | None = None  # set for a GPU-sharing task (on the single GPU in `gpus`)
     mig: tuple[int, str, int] | None = None  # (gpu index, profile, start slice)
 
+    def to_dict(self) -> dict:
+        """The events.jsonl / journal shape: {node, gpus, gpu_milli?, mig?: {gpu, profile, start}}."""
+        d: dict = {"node": self.node, "gpus": list(self.gpus)}
+        if self.gpu_milli is not None:
+            d["gpu_milli"] = self.gpu_milli
+        if self.mig is not None:
+            d["mig"] = {"gpu": self.mig[0], "profile": self.mig[1], "start": self.mig[2]}
+        return d
+
+    @staticmethod
+    def from_dict(d: dict) -> TaskPlacement:
+        m = d.get("mig")
+        return TaskPlacement(d["node"], tuple(d["gpus"]), d.get("gpu_milli"), (m["gpu"], m["profile"], m["start"]) if m else None)
+
 
 @dataclass(frozen=True)
 class RunningJob:

@@ -278,12 +278,7 @@ class _Cycle:
         try:
             if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks)).ok:
                 return False
-            for site in sites:
-                placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
-                if placed is not None:
-                    self.cluster.apply(job, placed, -1)
-                    return True
-            return False
+            return self._could_place(job, sites, frozenset(self.blocked))
         finally:
             for v in gone:
                 self.quota.add(v.spec.queue, v.usage)
@@ -292,7 +287,7 @@ class _Cycle:
     # 5. reserve and 6. explain --------------------------------------------------------------
 
     def _capacity_reason(self, job: JobSpec, sites: list[str], need: Resources) -> PendingReason:
-        if self.blocked and self._fits_ignoring_reservations(job, sites):
+        if self.blocked and self._could_place(job, sites, frozenset()):
             holder = next(iter(self.reservations))
             return PendingReason("ReservedForGang", f"the nodes that would fit it are reserved for gang {holder}", need)
         if job.per_task.gpu_milli >= GPU and self._reserve(job, sites):
@@ -302,9 +297,10 @@ class _Cycle:
             msg = f"{free} of {job.min_tasks or job.tasks} task(s) fit on any one site now"
         return PendingReason("WaitingForCapacity", msg, need)
 
-    def _fits_ignoring_reservations(self, job: JobSpec, sites: list[str]) -> bool:
+    def _could_place(self, job: JobSpec, sites: list[str], blocked: frozenset[str]) -> bool:
+        """Would the gang place on one of `sites` now, avoiding `blocked`? (A dry run.)"""
         for site in sites:
-            placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology)
+            placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, blocked)
             if placed is not None:
                 self.cluster.apply(job, placed, -1)
                 return True

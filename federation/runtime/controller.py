@@ -127,7 +127,7 @@ class Controller:
             if r.status == "PENDING":
                 pending.append(spec)
             else:
-                placements = tuple(TaskPlacement(p["node"], tuple(p["gpus"]), p.get("gpu_milli")) for p in r.placements or [])
+                placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
         self._refresh_cloud(now)
         covered = frozenset(j for f in self.in_flight.values() for j in f.jobs)
@@ -136,7 +136,7 @@ class Controller:
         self.last_plan = plan
         for a in plan.admissions:
             row = self.store.get(a.job_id)
-            placements = [{"node": p.node, "gpus": list(p.gpus), **({"gpu_milli": p.gpu_milli} if p.gpu_milli else {})} for p in a.placements]
+            placements = [p.to_dict() for p in a.placements]
             dispatch_id = f"{a.job_id}-{row.attempt}"
             # durable before acting: the decision and the dispatch id are stored first
             self.store.update(a.job_id, status="ADMITTED", site=a.site, placements=placements, dispatch_id=dispatch_id, started_s=now, reason=None,

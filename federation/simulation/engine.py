@@ -288,19 +288,12 @@ class Simulator:
         run = RunningJob(spec, a.site, a.placements, t)
         self.running[a.job_id] = run
         rec.first_start_s = t if rec.first_start_s is None else rec.first_start_s
-        placements = []
         for p in a.placements:
-            d: dict = {"node": p.node, "gpus": list(p.gpus)}
-            if p.gpu_milli is not None:
-                d["gpu_milli"] = p.gpu_milli
-            if p.mig is not None:
-                d["mig"] = {"gpu": p.mig[0], "profile": p.mig[1], "start": p.mig[2]}
-            placements.append(d)
             self.ledger.change(t, p.node, spec.queue, _gpu_milli(spec, p), spec.per_task.cpu_milli, 1)
             self.node_jobs[p.node].add(a.job_id)
             if p.node in self.cloud:
                 self.cloud[p.node]["idle_since"] = None
-        self.emit(t, "admit", job=a.job_id, site=a.site, placements=placements)
+        self.emit(t, "admit", job=a.job_id, site=a.site, placements=[p.to_dict() for p in a.placements])
         self.emit(t, "start", job=a.job_id)
         # an elastic gang that started smaller runs proportionally longer
         scale = spec.tasks / len(a.placements)
