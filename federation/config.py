@@ -221,6 +221,7 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
                     racks=g.racks,
                     mig_enabled=g.mig.enabled,
                     instance_type=g.instance_type or g.machine_type,
+                    rack_label=g.rack_label,
                 )
             )
         sites.append(Site(s.name, s.kind, s.ray_address, s.provider, tuple(groups)))

@@ -103,6 +103,7 @@ class NodeGroup:
     racks: int = 1
     mig_enabled: bool = False
     instance_type: str | None = None
+    rack_label: str | None = None  # the node label that names a node's rack (Kubernetes inventories)
 
     @property
     def elastic(self) -> bool:

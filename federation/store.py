@@ -83,3 +83,67 @@ class Store:
     def delete(self, job_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+
+@dataclass
+class CloudRequest:
+    """One capacity request to a cloud site, journaled before the provider is called.
+
+    The ledger is the project's own idempotency: a provider asked again with a known request id
+    adopts what that request already made (found by its tag) instead of launching twice, and a
+    reconcile terminates tagged instances whose request the ledger does not know.
+    """
+
+    id: str
+    site: str
+    group: str
+    count: int
+    requested_s: float
+    state: str = "REQUESTED"  # REQUESTED | DELIVERED | FAILED | RELEASED
+    nodes: list | None = None  # provider node ids made for it
+
+
+REQUEST_COLUMNS = ("id", "site", "grp", "count", "requested_s", "state", "nodes")
+
+
+class RequestLedger:
+    """Cloud requests in the controller's SQLite file (or in memory for tests and smoke checks)."""
+
+    def __init__(self, path: str | Path = ":memory:"):
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS cloud_requests (id TEXT PRIMARY KEY, site, grp, count, requested_s, state, nodes)")
+
+    def record(self, req: CloudRequest) -> CloudRequest:
+        """Journal a request; a known id returns the stored one unchanged."""
+        with self._lock:
+            row = self._db.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM cloud_requests WHERE id = ?", (req.id,)).fetchone()
+            if row is not None:
+                return self._request(row)
+            self._db.execute("INSERT INTO cloud_requests VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (req.id, req.site, req.group, req.count, req.requested_s, req.state, json.dumps(req.nodes)))
+            return req
+
+    def update(self, request_id: str, *, state: str | None = None, nodes: list | None = None) -> None:
+        with self._lock:
+            if state is not None:
+                self._db.execute("UPDATE cloud_requests SET state = ? WHERE id = ?", (state, request_id))
+            if nodes is not None:
+                self._db.execute("UPDATE cloud_requests SET nodes = ? WHERE id = ?", (json.dumps(nodes), request_id))
+
+    def get(self, request_id: str) -> CloudRequest | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM cloud_requests WHERE id = ?", (request_id,)).fetchone()
+        return self._request(row) if row else None
+
+    def requests(self, site: str | None = None, states: set[str] | None = None) -> list[CloudRequest]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM cloud_requests ORDER BY requested_s, id").fetchall()
+        out = [self._request(r) for r in rows]
+        return [r for r in out if (site is None or r.site == site) and (states is None or r.state in states)]
+
+    @staticmethod
+    def _request(row: tuple) -> CloudRequest:
+        rid, site, group, count, at, state, nodes = row
+        return CloudRequest(rid, site, group, count, at, state, json.loads(nodes) if nodes else None)

@@ -1,4 +1,4 @@
-"""The interface every site kind's provider implements.
+"""The interface every site kind's provider implements, and the shared logic of cloud providers.
 
 Contract (the shape of Ray autoscaler v2's cloud interface):
 - `request(request_id, group, count)` asks for capacity and returns at once; it is idempotent
@@ -12,10 +12,23 @@ Contract (the shape of Ray autoscaler v2's cloud interface):
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from federation.model import NodeGroup
+from federation.store import CloudRequest, RequestLedger
+from providers.errors import CAPACITY, QUOTA, ProviderFailure
+from providers.retrying import retried
+
+log = logging.getLogger("federation.providers")
+
+#: Tag (AWS) or label (GCP) keys on every instance the federation creates (CONTRACTS.md s.6).
+TAG_FEDERATION, TAG_SITE, TAG_GROUP, TAG_REQUEST = "federation", "federation-site", "federation-group", "federation-request"
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,16 @@ class ProviderError:
     message: str
 
 
+@dataclass(frozen=True)
+class Instance:
+    """A cloud machine as the provider's own listing shows it."""
+
+    id: str
+    group: str
+    request_id: str
+    ready: bool  # running (not pending, stopping or gone)
+
+
 class Provider(ABC):
     @abstractmethod
     def request(self, request_id: str, group: NodeGroup, count: int) -> None: ...
@@ -45,3 +68,143 @@ class Provider(ABC):
 
     def errors(self) -> list[ProviderError]:
         return []
+
+    def reconcile(self) -> list[str]:
+        """Bring the cloud in line with the ledger; returns what was done, one line per action."""
+        return []
+
+    def close(self) -> None:  # noqa: B027 - most providers have no background work
+        """Stop background work; cloud machines stay as they are."""
+
+
+class CloudProvider(Provider):
+    """Ledger-backed idempotency, fallback, retries and reconciliation for AWS, GCP and Terraform.
+
+    A subclass says how to list its tagged instances, launch some for a request, and terminate
+    some; this class decides when. Requests run on one background thread, in order, so that
+    `request` returns at once and two launches for one site never race.
+    """
+
+    def __init__(self, federation: str, site: str, groups: dict[str, NodeGroup], ledger: RequestLedger | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.federation, self.site, self.groups, self.clock = federation, site, groups, clock
+        self.ledger = ledger or RequestLedger()
+        self._errors: list[ProviderError] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"provider-{site}")
+        self.pending: dict[str, Future] = {}
+
+    # ---- what a cloud says ----
+
+    @abstractmethod
+    def _instances(self) -> list[Instance]:
+        """Every live instance tagged for this federation and site (raises ProviderFailure)."""
+
+    @abstractmethod
+    def _launch(self, request_id: str, group: NodeGroup, count: int, existing: list[str]) -> list[str]:
+        """Start `count` more instances for the request (`existing` are up already); returns their ids."""
+
+    @abstractmethod
+    def _terminate(self, ids: list[str]) -> None: ...
+
+    # ---- the interface ----
+
+    def tags(self, group: str, request_id: str) -> dict[str, str]:
+        return {TAG_FEDERATION: self.federation, TAG_SITE: self.site, TAG_GROUP: group, TAG_REQUEST: request_id}
+
+    def request(self, request_id: str, group: NodeGroup, count: int) -> None:
+        stored = self.ledger.record(CloudRequest(request_id, self.site, group.name, count, self.clock()))
+        if stored.state != "REQUESTED" or request_id in self.pending:
+            return
+        self.pending[request_id] = self._pool.submit(self._fulfil, stored)
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Block until the requests made so far have been sent (tests and smoke checks)."""
+        for f in list(self.pending.values()):
+            f.result(timeout_s)
+
+    def _fulfil(self, req: CloudRequest) -> None:
+        try:
+            ids = self._launch_with_fallback(req)
+            self.ledger.update(req.id, state="DELIVERED", nodes=ids)
+            log.info("%s: request %s delivered %s", self.site, req.id, ids)
+        except ProviderFailure as f:
+            self.ledger.update(req.id, state="FAILED")
+            self._undo(req.id)
+            with self._lock:
+                self._errors.append(ProviderError(req.id, f.kind, f.message))
+            log.warning("%s: request %s failed: %s", self.site, req.id, f)
+        finally:
+            self.pending.pop(req.id, None)
+
+    def _attempt(self, req: CloudRequest, group: NodeGroup) -> list[str]:
+        # Each attempt first adopts what earlier attempts of this request made (found by its tag),
+        # so a retry after a lost response, or a restart mid scale-up, never launches twice.
+        ids = [i.id for i in self._instances() if i.request_id == req.id]
+        missing = req.count - len(ids)
+        return ids + (self._launch(req.id, group, missing, ids) if missing > 0 else [])
+
+    def _undo(self, request_id: str) -> None:
+        """A failed request keeps nothing: a gang cannot use part of its nodes, and they cost money."""
+        try:
+            partial = [i.id for i in retried(self._instances) if i.request_id == request_id]
+        except ProviderFailure:
+            return  # the next reconcile terminates them: their request is no longer live
+        self.release(partial)
+
+    def _launch_with_fallback(self, req: CloudRequest) -> list[str]:
+        group = self.groups[req.group]
+        try:
+            return retried(lambda: self._attempt(req, group))
+        except ProviderFailure as f:
+            fallback = self.groups.get(group.fallback or "")
+            if f.kind not in (CAPACITY, QUOTA) or fallback is None:
+                raise
+            live = sum(1 for i in retried(self._instances) if i.group == fallback.name)
+            if live + req.count > fallback.max_nodes:
+                raise ProviderFailure(f.kind, f"{f.message}; fallback {fallback.name} is at max_nodes={fallback.max_nodes}") from None
+            log.info("%s: %s for %s; falling back to %s", self.site, f.kind, group.name, fallback.name)
+            return retried(lambda: self._attempt(req, fallback))
+
+    def list_nodes(self) -> list[ProvidedNode]:
+        try:
+            found = retried(self._instances)
+        except ProviderFailure as f:
+            with self._lock:
+                self._errors.append(ProviderError("-", f.kind, f"cannot list {self.site}: {f.message}"))
+            return []
+        return [ProvidedNode(i.id, self.site, i.group, i.request_id) for i in found if i.ready]
+
+    def release(self, names: list[str]) -> None:
+        if not names:
+            return
+        try:
+            retried(lambda: self._terminate(list(names)))
+            log.info("%s: released %s", self.site, names)
+        except ProviderFailure as f:
+            with self._lock:
+                self._errors.append(ProviderError("-", f.kind, f"cannot release {names}: {f.message}"))
+
+    def errors(self) -> list[ProviderError]:
+        with self._lock:
+            out, self._errors = self._errors, []
+        return out
+
+    def reconcile(self) -> list[str]:
+        """Adopt instances whose request the ledger knows; terminate the others (no leaks)."""
+        try:
+            found = retried(self._instances)
+        except ProviderFailure as f:
+            return [f"{self.site}: cannot reconcile: {f}"]
+        known = {r.id for r in self.ledger.requests(self.site, {"REQUESTED", "DELIVERED"})}
+        orphans = [i.id for i in found if i.request_id not in known]
+        actions = [f"{self.site}: adopted {i.id} (request {i.request_id})" for i in found if i.request_id in known]
+        if orphans:
+            self.release(orphans)
+            actions += [f"{self.site}: terminated {i} (tagged for {self.federation}, unknown to the ledger)" for i in orphans]
+        for a in actions:
+            log.info(a)
+        return actions
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)

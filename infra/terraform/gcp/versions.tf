@@ -1,0 +1,13 @@
+terraform {
+  required_version = ">= 1.7"
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = ">= 5.0"
+    }
+  }
+}
+
+provider "google" {
+  project = var.project
+}

@@ -1,0 +1,110 @@
+"""Burst nodes through Terraform, for sites whose provider names a `terraform_dir`.
+
+The module (`infra/terraform/aws` or `gcp`) takes the desired nodes as a map, node name ->
+{group, request}; this provider keeps that map in `federation.auto.tfvars.json` in a working
+directory of its own (the module is copied there with `terraform init -from-module`, so the
+state never lands in the source tree), and applies it. Adding a request adds its node names;
+releasing nodes removes exactly those names, so Terraform destroys exactly those machines.
+The apply output (`terraform output -json nodes`) is what the provider lists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from federation.model import NodeGroup
+from providers.base import CloudProvider, Instance
+from providers.errors import AUTH, CAPACITY, INVALID, QUOTA, TRANSIENT, ProviderFailure
+
+TFVARS = "federation.auto.tfvars.json"
+#: words in Terraform's error output -> the failure kind (the cloud's own error codes pass through)
+MARKERS = [(CAPACITY, ("InsufficientInstanceCapacity", "ZONE_RESOURCE_POOL_EXHAUSTED", "SpotMaxPriceTooLow", "InsufficientCapacity")),
+           (QUOTA, ("InstanceLimitExceeded", "VcpuLimitExceeded", "QUOTA_EXCEEDED", "MaxSpotInstanceCountExceeded")),
+           (AUTH, ("AuthFailure", "UnauthorizedOperation", "no valid credential", "InvalidClientTokenId", "403")),
+           (TRANSIENT, ("RequestLimitExceeded", "Throttling", "timeout", "connection refused", "500", "503"))]
+
+
+def classify(output: str) -> str:
+    return next((kind for kind, words in MARKERS if any(w in output for w in words)), INVALID)
+
+
+class TerraformProvider(CloudProvider):
+    def __init__(self, federation: str, site: str, module_dir: str | Path, work_dir: str | Path, groups: dict[str, NodeGroup],
+                 variables: dict, env: dict | None = None, **kw):
+        super().__init__(federation, site, groups, **kw)
+        self.module, self.work = Path(module_dir).resolve(), Path(work_dir)
+        self.variables, self.env = variables, env or dict(os.environ)
+        self.terraform = shutil.which("terraform")
+        self._tf_lock = threading.Lock()
+
+    # ---- terraform ----
+
+    def _run(self, *args: str) -> str:
+        if self.terraform is None:
+            raise ProviderFailure(INVALID, "terraform is not on the PATH (install it, or drop provider.terraform_dir to use the cloud SDK)")
+        proc = subprocess.run([self.terraform, f"-chdir={self.work}", *args, "-no-color"], capture_output=True, text=True, env=self.env)
+        if proc.returncode != 0:
+            out = proc.stderr + proc.stdout
+            raise ProviderFailure(classify(out), f"terraform {args[0]}: {out.strip()[-2000:]}")
+        return proc.stdout
+
+    def _init(self) -> None:
+        if (self.work / ".terraform").is_dir():
+            return
+        if not self.module.is_dir():
+            raise ProviderFailure(INVALID, f"sites.{self.site}.provider.terraform_dir: {self.module} is not a directory")
+        self.work.mkdir(parents=True, exist_ok=True)
+        if not any(self.work.glob("*.tf")):
+            self._run("init", f"-from-module={self.module}", "-input=false", "-backend=false")
+        self._run("init", "-input=false")
+
+    def desired(self) -> dict[str, dict]:
+        path = self.work / TFVARS
+        return json.loads(path.read_text()).get("nodes", {}) if path.exists() else {}
+
+    def _write(self, nodes: dict[str, dict]) -> None:
+        (self.work / TFVARS).write_text(json.dumps({**self.variables, "nodes": nodes}, indent=2, sort_keys=True))
+
+    def _apply(self, nodes: dict[str, dict]) -> None:
+        self._init()
+        self._write(nodes)
+        self._run("apply", "-auto-approve", "-input=false")
+
+    def _read_outputs(self) -> list[Instance]:
+        if not (self.work / "terraform.tfstate").exists():
+            return []
+        out = json.loads(self._run("output", "-json", "nodes") or "{}")
+        return [Instance(name, n["group"], n["request"], n.get("state") in ("running", "RUNNING")) for name, n in sorted(out.items())]
+
+    # ---- CloudProvider ----
+
+    def _instances(self) -> list[Instance]:
+        with self._tf_lock:
+            return self._read_outputs()
+
+    def _launch(self, request_id: str, group: NodeGroup, count: int, existing: list[str]) -> list[str]:
+        with self._tf_lock:
+            nodes = self.desired()
+            start = len(existing)
+            names = [f"{group.name}-{request_id}-{start + i}" for i in range(count)]
+            try:
+                self._apply({**nodes, **{n: {"group": group.name, "request": request_id} for n in names}})
+            except ProviderFailure:
+                # forget the names, or every later apply would try them again; what did start is
+                # listed under the request and released by the caller
+                made = {i.id for i in self._read_outputs()}
+                self._write({**nodes, **{n: {"group": group.name, "request": request_id} for n in names if n in made}})
+                raise
+        return names
+
+    def _terminate(self, ids: list[str]) -> None:
+        with self._tf_lock:
+            nodes = self.desired()
+            if not any(i in nodes for i in ids):
+                return
+            self._apply({k: v for k, v in nodes.items() if k not in ids})
