@@ -63,6 +63,11 @@ def operation_failure(op: compute_v1.Operation) -> ProviderFailure | None:
     return ProviderFailure(kind, "; ".join(f"{e.code}: {e.message}" for e in errs))
 
 
+def label_value(value: str) -> str:
+    """Label values allow only lowercase letters, digits, `_` and `-`, at most 63 characters."""
+    return re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
+
+
 def instance_name(federation: str, site: str, request_id: str, i: int) -> str:
     """A valid, deterministic Compute Engine name (RFC 1035, at most 63 characters)."""
     raw = re.sub(r"[^a-z0-9-]", "-", f"{federation}-{site}-{request_id}-{i}".lower())
@@ -109,6 +114,8 @@ class GceProvider(CloudProvider):
 
     def _instances(self) -> list[Instance]:
         filt = f'labels.{TAG_FEDERATION} = "{self.federation}" AND labels.{TAG_SITE} = "{self.site}"'
+        # labels are lowercased: map each back to the request id the ledger knows
+        request_of = {label_value(r.id): r.id for r in self.ledger.requests(self.site)}
         out = []
         for zone in self.spec.zones:
             pager = self._call(self.instances.list, request=compute_v1.ListInstancesRequest(project=self.spec.project, zone=zone, filter=filt))
@@ -118,7 +125,8 @@ class GceProvider(CloudProvider):
                         continue
                     self.zone_of[inst.name] = zone
                     labels = dict(inst.labels)
-                    out.append(Instance(inst.name, labels.get(TAG_GROUP, ""), labels.get(TAG_REQUEST, ""), inst.status == "RUNNING"))
+                    request = labels.get(TAG_REQUEST, "")
+                    out.append(Instance(inst.name, labels.get(TAG_GROUP, ""), request_of.get(request, request), inst.status == "RUNNING"))
             except gexc.GoogleAPICallError as e:  # later pages are fetched lazily
                 raise classify(e) from None
         return out
@@ -128,7 +136,7 @@ class GceProvider(CloudProvider):
             raise ProviderFailure(INVALID, f"sites.{self.site}.node_groups.{group.name}.machine_type: required to insert instances")
         inst = compute_v1.Instance(
             name=name, machine_type=f"zones/{zone}/machineTypes/{group.instance_type}",
-            labels={k: v.lower() for k, v in self.tags(group.name, request_id).items()},
+            labels={k: label_value(v) for k, v in self.tags(group.name, request_id).items()},
             disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True,
                                            initialize_params=compute_v1.AttachedDiskInitializeParams(source_image=IMAGE, disk_size_gb=200))],
             network_interfaces=[compute_v1.NetworkInterface(network="global/networks/default")],

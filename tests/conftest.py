@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,42 @@ SHARED = Path(os.environ.get("FEDERATION_SHARED", ROOT.parent / "shared"))
 @pytest.fixture
 def example_text() -> str:
     return (CONFIGS / "idc-aws-gcp.yaml").read_text()
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A real moto_server on a free local port, for the whole session; yields its URL.
+
+    Tests share it; each uses its own federation name, and providers filter by that tag.
+    """
+    from federation.runtime.up import free_port
+
+    exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
+    if exe is None:
+        pytest.fail("moto_server is not installed: pip install -e '.[dev]' installs moto[server]")
+    port = free_port()
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    import requests
+
+    for _ in range(100):
+        try:
+            requests.get(url + "/moto-api/", timeout=1)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("moto_server did not start")
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+# Fake AWS credentials for the whole session, so no test can ever reach a real account.
+os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+for _k in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+    os.environ.pop(_k, None)
 
 
 # CI runs the property tests on a fixed sequence of examples, so a submission lands or not on

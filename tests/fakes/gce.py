@@ -24,6 +24,11 @@ def error(status: int, message: str) -> tuple[int, dict]:
     return status, {"error": {"code": status, "message": message, "errors": [{"message": message, "domain": "global", "reason": REASONS.get(status, "error")}]}}
 
 
+def public(op: dict) -> dict:
+    """An operation as the API shows it, without the fake's own bookkeeping."""
+    return {k: v for k, v in op.items() if not k.startswith("_")}
+
+
 class FakeComputeEngine:
     def __init__(self, op_delay_s: float = 0.05):
         self.op_delay_s = op_delay_s
@@ -56,7 +61,7 @@ class FakeComputeEngine:
                     return error(404, f"The resource 'projects/{p}/zones/{z}/operations/{name}' was not found")
                 if m["wait"]:
                     self._finish(self.operations[(p, z, name)])
-                return 200, self.operations[(p, z, name)]
+                return 200, public(self.operations[(p, z, name)])
             if method == "POST" and name is None:
                 return self._insert(p, z, body or {})
             if method == "GET" and name is None:
@@ -68,7 +73,7 @@ class FakeComputeEngine:
                 return 200, inst
             if method == "DELETE":
                 inst["status"] = "STOPPING"
-                return 200, self._operation(p, z, "delete", inst)
+                return 200, public(self._operation(p, z, "delete", inst))
             return error(400, f"unsupported {method}")
 
     # ---- behaviour ----
@@ -90,7 +95,7 @@ class FakeComputeEngine:
             op["httpErrorStatusCode"], op["httpErrorMessage"] = 503, "SERVICE UNAVAILABLE"
             op["_fail"] = True
         self.instances[(p, z, name)] = inst
-        return 200, {k: v for k, v in op.items() if not k.startswith("_")}
+        return 200, public(op)
 
     def _operation(self, p, z, kind, inst):
         name = f"operation-{next(self._ids)}-{kind}"
