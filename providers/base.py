@@ -12,7 +12,9 @@ Contract (the shape of Ray autoscaler v2's cloud interface):
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -29,6 +31,15 @@ log = logging.getLogger("federation.providers")
 
 #: Tag (AWS) or label (GCP) keys on every instance the federation creates (CONTRACTS.md s.6).
 TAG_FEDERATION, TAG_SITE, TAG_GROUP, TAG_REQUEST = "federation", "federation-site", "federation-group", "federation-request"
+
+
+def machine_name(raw: str) -> str:
+    """A valid, deterministic machine name (RFC 1035: lowercase, at most 63 characters), as
+    Compute Engine requires; long names keep a hash of the whole so they stay distinct."""
+    name = re.sub(r"[^a-z0-9-]", "-", raw.lower())
+    if len(name) > 63 or not name[0].isalpha():
+        name = f"f{hashlib.sha1(name.encode()).hexdigest()[:12]}-{name[-48:]}"
+    return name.strip("-")
 
 
 @dataclass(frozen=True)

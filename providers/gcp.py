@@ -9,7 +9,6 @@ zone. Operations are awaited with a `ZoneOperationsClient` built from the same c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from urllib.parse import urlparse
@@ -21,7 +20,15 @@ from google.cloud import compute_v1
 
 from federation.model import NodeGroup
 from federation.schema import GcpProvider as GcpSpec
-from providers.base import TAG_FEDERATION, TAG_GROUP, TAG_REQUEST, TAG_SITE, CloudProvider, Instance
+from providers.base import (
+    TAG_FEDERATION,
+    TAG_GROUP,
+    TAG_REQUEST,
+    TAG_SITE,
+    CloudProvider,
+    Instance,
+    machine_name,
+)
 from providers.errors import (
     CAPACITY,
     INVALID,
@@ -69,11 +76,7 @@ def label_value(value: str) -> str:
 
 
 def instance_name(federation: str, site: str, request_id: str, i: int) -> str:
-    """A valid, deterministic Compute Engine name (RFC 1035, at most 63 characters)."""
-    raw = re.sub(r"[^a-z0-9-]", "-", f"{federation}-{site}-{request_id}-{i}".lower())
-    if len(raw) > 63 or not raw[0].isalpha():
-        raw = f"f{hashlib.sha1(raw.encode()).hexdigest()[:12]}-{request_id.lower()[:40]}-{i}"
-    return raw.strip("-")
+    return machine_name(f"{federation}-{site}-{request_id}-{i}")
 
 
 def startup_script(ray_address: str | None, name: str, group: NodeGroup) -> str:

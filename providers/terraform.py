@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from federation.model import NodeGroup
-from providers.base import CloudProvider, Instance
+from providers.base import CloudProvider, Instance, machine_name
 from providers.errors import AUTH, CAPACITY, INVALID, QUOTA, TRANSIENT, ProviderFailure
 
 TFVARS = "federation.auto.tfvars.json"
@@ -35,10 +35,10 @@ def classify(output: str) -> str:
 
 class TerraformProvider(CloudProvider):
     def __init__(self, federation: str, site: str, module_dir: str | Path, work_dir: str | Path, groups: dict[str, NodeGroup],
-                 variables: dict, env: dict | None = None, **kw):
+                 variables: dict, env: dict | None = None, apply_timeout_s: float = 900.0, **kw):
         super().__init__(federation, site, groups, **kw)
         self.module, self.work = Path(module_dir).resolve(), Path(work_dir)
-        self.variables, self.env = variables, env or dict(os.environ)
+        self.variables, self.env, self.apply_timeout_s = variables, env or dict(os.environ), apply_timeout_s
         self.terraform = shutil.which("terraform")
         self._tf_lock = threading.Lock()
 
@@ -47,10 +47,19 @@ class TerraformProvider(CloudProvider):
     def _run(self, *args: str) -> str:
         if self.terraform is None:
             raise ProviderFailure(INVALID, "terraform is not on the PATH (install it, or drop provider.terraform_dir to use the cloud SDK)")
-        proc = subprocess.run([self.terraform, f"-chdir={self.work}", *args, "-no-color"], capture_output=True, text=True, env=self.env)
+        # A bound on every run: Terraform's AWS provider retries InsufficientInstanceCapacity for up
+        # to 50 minutes whatever the resource's timeouts (hashicorp/terraform-provider-aws#43193),
+        # and a burst that waits that long is worse than one that fails over.
+        try:
+            proc = subprocess.run([self.terraform, f"-chdir={self.work}", *args, "-no-color"], capture_output=True, text=True,
+                                  env=self.env, timeout=self.apply_timeout_s)
+        except subprocess.TimeoutExpired as e:
+            out = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            raise ProviderFailure(CAPACITY, f"terraform {args[0]} did not finish in {self.apply_timeout_s:.0f}s "
+                                            f"(a cloud out of capacity looks like this): {out.strip()[-1000:]}") from None
         if proc.returncode != 0:
-            out = proc.stderr + proc.stdout
-            raise ProviderFailure(classify(out), f"terraform {args[0]}: {out.strip()[-2000:]}")
+            detail = (proc.stderr.strip() or proc.stdout.strip())[-2000:]  # Terraform's errors are on stderr
+            raise ProviderFailure(classify(proc.stderr + proc.stdout), f"terraform {args[0]}: {detail}")
         return proc.stdout
 
     def _init(self) -> None:
@@ -78,8 +87,9 @@ class TerraformProvider(CloudProvider):
     def _read_outputs(self) -> list[Instance]:
         if not (self.work / "terraform.tfstate").exists():
             return []
-        out = json.loads(self._run("output", "-json", "nodes") or "{}")
-        return [Instance(name, n["group"], n["request"], n.get("state") in ("running", "RUNNING")) for name, n in sorted(out.items())]
+        # all outputs, not `output nodes`: after a first apply that failed, the state has no outputs yet
+        nodes = json.loads(self._run("output", "-json") or "{}").get("nodes", {}).get("value", {})
+        return [Instance(name, n["group"], n["request"], n.get("state") in ("running", "RUNNING")) for name, n in sorted(nodes.items())]
 
     # ---- CloudProvider ----
 
@@ -91,7 +101,7 @@ class TerraformProvider(CloudProvider):
         with self._tf_lock:
             nodes = self.desired()
             start = len(existing)
-            names = [f"{group.name}-{request_id}-{start + i}" for i in range(count)]
+            names = [machine_name(f"{group.name}-{request_id}-{start + i}") for i in range(count)]
             try:
                 self._apply({**nodes, **{n: {"group": group.name, "request": request_id} for n in names}})
             except ProviderFailure:

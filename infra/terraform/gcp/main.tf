@@ -48,8 +48,9 @@ resource "google_compute_instance" "node" {
     EOT
   }
 
+  # label values allow only [a-z0-9_-]; the outputs keep the request id exactly as given
   labels = merge(local.labels, {
-    "federation-group"   = each.value.group
-    "federation-request" = each.value.request
+    "federation-group"   = replace(lower(each.value.group), "/[^a-z0-9_-]/", "-")
+    "federation-request" = replace(lower(each.value.request), "/[^a-z0-9_-]/", "-")
   })
 }
