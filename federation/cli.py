@@ -150,6 +150,50 @@ def up(
     run_up(load_config(config), state, cycle_s, lambda m: err.print(m, markup=False, highlight=False))
 
 
+provider_app = typer.Typer(no_args_is_help=True, help="Site providers (cloud SDKs, Terraform, Kubernetes).")
+app.add_typer(provider_app, name="provider")
+
+
+@provider_app.command("check")
+def provider_check(
+    site: Annotated[str, typer.Option("--site", help="The site to check.")],
+    config: ConfigOpt = None,
+    count: Annotated[int, typer.Option("--count", min=1, help="Nodes to request.")] = 1,
+    state: Annotated[Path, typer.Option("--state", help="The controller's SQLite journal (its request ledger).")] = Path("federation-state.sqlite"),
+    timeout_s: Annotated[float, typer.Option("--timeout-s", help="How long to wait for the nodes.")] = 900.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Request N nodes of the site's first scalable node group, wait until listed, release them."""
+    from federation.store import RequestLedger
+    from providers.check import check
+    from providers.factory import build_provider
+
+    fed = load_config(config)
+    try:
+        s = fed.site(site)
+    except KeyError:
+        raise FederationError(f"--site: no site {site!r} in {fed.source} (sites: {', '.join(x.name for x in fed.sites)})") from None
+    group = next((g for g in s.node_groups if g.elastic), None)
+    if group is None:
+        raise FederationError(f"--site: {site} has no node group with max_nodes > 0; a fixed fleet cannot be asked for nodes")
+    provider = build_provider(fed, s, RequestLedger(state), state.parent / f"{state.name}.terraform")
+    if provider is None:
+        raise FederationError(f"--site: {site} is a {s.kind} site; provider check needs an aws, gcp or kubernetes provider")
+    try:
+        report, problems = check(provider, site, group, count, timeout_s=timeout_s, log=lambda m: err.print(m, markup=False, highlight=False))
+    finally:
+        provider.close()
+    for p in problems:
+        print(p, file=sys.stderr)
+    if as_json:
+        print_json(report)
+    else:
+        out().print(f"{site}: requested {count}, listed {len(report['listed'])}, released {len(report['released'])}, "
+                    f"left running {report['left_running'] or 'nothing'}")
+    if report["left_running"] or len(report["listed"]) < count:
+        raise typer.Exit(1)
+
+
 @app.command()
 def status(address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266") -> None:
     """Queues, nodes and pending jobs with their reasons, for a person."""

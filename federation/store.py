@@ -101,9 +101,10 @@ class CloudRequest:
     requested_s: float
     state: str = "REQUESTED"  # REQUESTED | DELIVERED | FAILED | RELEASED
     nodes: list | None = None  # provider node ids made for it
+    jobs: list | None = None  # the pending jobs it is for (so a restart does not ask twice for them)
 
 
-REQUEST_COLUMNS = ("id", "site", "grp", "count", "requested_s", "state", "nodes")
+REQUEST_COLUMNS = ("id", "site", "grp", "count", "requested_s", "state", "nodes", "jobs")
 
 
 class RequestLedger:
@@ -113,7 +114,8 @@ class RequestLedger:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS cloud_requests (id TEXT PRIMARY KEY, site, grp, count, requested_s, state, nodes)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS cloud_requests (id TEXT PRIMARY KEY, site, grp, count, requested_s, state, nodes, jobs)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS spend (month TEXT PRIMARY KEY, usd REAL, metered_s REAL)")
 
     def record(self, req: CloudRequest) -> CloudRequest:
         """Journal a request; a known id returns the stored one unchanged."""
@@ -121,8 +123,8 @@ class RequestLedger:
             row = self._db.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM cloud_requests WHERE id = ?", (req.id,)).fetchone()
             if row is not None:
                 return self._request(row)
-            self._db.execute("INSERT INTO cloud_requests VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             (req.id, req.site, req.group, req.count, req.requested_s, req.state, json.dumps(req.nodes)))
+            self._db.execute("INSERT INTO cloud_requests VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (req.id, req.site, req.group, req.count, req.requested_s, req.state, json.dumps(req.nodes), json.dumps(req.jobs)))
             return req
 
     def update(self, request_id: str, *, state: str | None = None, nodes: list | None = None) -> None:
@@ -145,5 +147,24 @@ class RequestLedger:
 
     @staticmethod
     def _request(row: tuple) -> CloudRequest:
-        rid, site, group, count, at, state, nodes = row
-        return CloudRequest(rid, site, group, count, at, state, json.loads(nodes) if nodes else None)
+        rid, site, group, count, at, state, nodes, jobs = row
+        return CloudRequest(rid, site, group, count, at, state, json.loads(nodes) if nodes else None, json.loads(jobs) if jobs else None)
+
+    # ---- the cloud bill, metered by the controller ----
+
+    def charge(self, month: str, usd: float, at_s: float) -> None:
+        """Add `usd` to the month's spend and remember when the meter last ran."""
+        with self._lock:
+            self._db.execute("INSERT INTO spend VALUES (?, ?, ?) ON CONFLICT(month) DO UPDATE SET usd = usd + excluded.usd, "
+                             "metered_s = excluded.metered_s", (month, usd, at_s))
+
+    def spend(self, month: str) -> float:
+        with self._lock:
+            row = self._db.execute("SELECT usd FROM spend WHERE month = ?", (month,)).fetchone()
+        return row[0] if row else 0.0
+
+    def metered_s(self) -> float | None:
+        """When the meter last ran (any month), or None if it never did."""
+        with self._lock:
+            row = self._db.execute("SELECT MAX(metered_s) FROM spend").fetchone()
+        return row[0] if row else None

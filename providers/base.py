@@ -84,6 +84,10 @@ class Provider(ABC):
         """Bring the cloud in line with the ledger; returns what was done, one line per action."""
         return []
 
+    def cancel(self, request_id: str) -> None:
+        """Give up on a request (it timed out): release what it made."""
+        self.release([n.name for n in self.list_nodes() if n.request_id == request_id])
+
     def close(self) -> None:  # noqa: B027 - most providers have no background work
         """Stop background work; cloud machines stay as they are."""
 
@@ -137,7 +141,13 @@ class CloudProvider(Provider):
     def _fulfil(self, req: CloudRequest) -> None:
         try:
             ids = self._launch_with_fallback(req)
-            self.ledger.update(req.id, state="DELIVERED", nodes=ids)
+            with self._lock:  # against a cancel() at this very moment
+                cancelled = self.ledger.get(req.id).state != "REQUESTED"
+                if not cancelled:
+                    self.ledger.update(req.id, state="DELIVERED", nodes=ids)
+            if cancelled:
+                self._undo(req.id)
+                return
             log.info("%s: request %s delivered %s", self.site, req.id, ids)
         except ProviderFailure as f:
             self.ledger.update(req.id, state="FAILED")
@@ -192,14 +202,37 @@ class CloudProvider(Provider):
         try:
             retried(lambda: self._terminate(list(names)))
             log.info("%s: released %s", self.site, names)
+            self._settle(retried(self._instances))
         except ProviderFailure as f:
             with self._lock:
                 self._errors.append(ProviderError("-", f.kind, f"cannot release {names}: {f.message}"))
+
+    def cancel(self, request_id: str) -> None:
+        """Give up on a request (it timed out): nothing it made or will make is kept."""
+        stored = self.ledger.get(request_id)
+        if stored is None:
+            return
+        with self._lock:
+            in_flight = stored.state == "REQUESTED" and request_id in self.pending
+            self.ledger.update(request_id, state="FAILED")
+        if not in_flight:  # a launch in flight undoes itself when it returns
+            self._undo(request_id)
+
+    def _settle(self, live: list[Instance]) -> None:
+        """A delivered request none of whose machines is left (released, or spot-interrupted) is over."""
+        left = {i.request_id for i in live}
+        for r in self.ledger.requests(self.site, {"DELIVERED"}):
+            if r.id not in left:
+                self.ledger.update(r.id, state="RELEASED")
 
     def errors(self) -> list[ProviderError]:
         with self._lock:
             out, self._errors = self._errors, []
         return out
+
+    def machines(self, request_id: str) -> list[str]:
+        """Every live machine of a request, booting ones included (raises ProviderFailure)."""
+        return [i.id for i in retried(self._instances) if i.request_id == request_id]
 
     def reconcile(self) -> list[str]:
         """Adopt instances whose request the ledger knows; terminate the others (no leaks)."""
@@ -213,6 +246,7 @@ class CloudProvider(Provider):
         if orphans:
             self.release(orphans)
             actions += [f"{self.site}: terminated {i} (tagged for {self.federation}, unknown to the ledger)" for i in orphans]
+        self._settle([i for i in found if i.request_id in known])
         for a in actions:
             log.info(a)
         return actions

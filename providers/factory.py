@@ -1,0 +1,82 @@
+"""The provider for each site, as its config says: the one place that knows every provider kind.
+
+- `aws`: boto3 (`Ec2Provider`), or Terraform when `provider.terraform_dir` is set;
+- `gcp`: google-cloud-compute (`GceProvider`), or Terraform likewise;
+- `kubernetes` (an IDC): the fixed inventory from its API server (`KubernetesInventory`);
+- `local` and `simulated` sites have none here (`fedctl up` starts local ones; the simulator
+  models its own).
+
+Cloud providers share the controller's request ledger, so idempotency and reconciliation
+survive a restart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from federation.errors import FederationError
+from federation.model import Federation, Site
+from federation.store import RequestLedger
+from providers.base import Provider
+
+RAY_GCS_PORT = 6379
+
+
+def ray_gcs_address(site: Site) -> str:
+    """Where a new node joins the site's Ray cluster: the head's host at Ray's GCS port."""
+    host = urlparse(site.ray_address).hostname if site.ray_address else None
+    if not host:
+        raise FederationError(f"sites.{site.name}.ray_address: required for a burst site (new nodes join that Ray cluster)")
+    return f"{host}:{RAY_GCS_PORT}"
+
+
+def module_dir(fed: Federation, site: Site, terraform_dir: str) -> Path:
+    """`terraform_dir` as given, relative to the working directory or else to the config file."""
+    for base in (Path.cwd(), Path(fed.source).resolve().parent):
+        path = (base / terraform_dir).resolve()
+        if path.is_dir():
+            return path
+    raise FederationError(f"sites.{site.name}.provider.terraform_dir: {terraform_dir!r} is not a directory "
+                          "(give a path relative to the working directory or to the config file)")
+
+
+def terraform_variables(fed: Federation, site: Site) -> dict:
+    spec = site.provider
+    common = {"federation": fed.name, "site": site.name, "ray_address": ray_gcs_address(site)}
+    groups = [g for g in site.node_groups if g.elastic]
+    if spec.kind == "aws":
+        return {**common, "region": spec.region, "endpoint": spec.endpoint_url, "subnet_ids": list(spec.subnet_ids),
+                **({"launch_template_name": spec.launch_template} if spec.launch_template else {}),
+                "node_groups": {g.name: {"instance_type": g.instance_type, "spot": g.spot, "gpus": g.gpus_per_node,
+                                         "cpus": g.node_resources.cpu_milli // 1000} for g in groups}}
+    from providers.gcp import ACCELERATORS
+
+    return {**common, "project": spec.project, "zones": list(spec.zones),
+            "node_groups": {g.name: {"machine_type": g.instance_type, "accelerator_type": ACCELERATORS.get(g.gpu_model or "", ""),
+                                     "spot": g.spot, "gpus": g.gpus_per_node, "cpus": g.node_resources.cpu_milli // 1000} for g in groups}}
+
+
+def build_provider(fed: Federation, site: Site, ledger: RequestLedger, work_dir: Path) -> Provider | None:
+    """The provider for `site`; `work_dir` holds its Terraform working copy, if it has one."""
+    spec = site.provider
+    kind = getattr(spec, "kind", None)
+    groups = {g.name: g for g in site.node_groups}
+    if kind in ("aws", "gcp") and spec.terraform_dir:
+        from providers.terraform import TerraformProvider
+
+        return TerraformProvider(fed.name, site.name, module_dir(fed, site, spec.terraform_dir), work_dir / site.name, groups,
+                                 terraform_variables(fed, site), ledger=ledger)
+    if kind == "aws":
+        from providers.aws import Ec2Provider
+
+        return Ec2Provider(fed.name, site.name, spec, groups, ledger=ledger)
+    if kind == "gcp":
+        from providers.gcp import GceProvider
+
+        return GceProvider(fed.name, site.name, spec, groups, ray_address=site.ray_address, ledger=ledger)
+    if kind == "kubernetes":
+        from providers.kubernetes import KubernetesInventory
+
+        return KubernetesInventory(site)
+    return None
