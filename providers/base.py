@@ -68,6 +68,9 @@ class Instance:
 
 
 class Provider(ABC):
+    #: machines outlive the controller and are journaled in the request ledger (cloud providers)
+    durable = False
+
     @abstractmethod
     def request(self, request_id: str, group: NodeGroup, count: int) -> None: ...
 
@@ -99,6 +102,8 @@ class CloudProvider(Provider):
     some; this class decides when. Requests run on one background thread, in order, so that
     `request` returns at once and two launches for one site never race.
     """
+
+    durable = True
 
     def __init__(self, federation: str, site: str, groups: dict[str, NodeGroup], ledger: RequestLedger | None = None,
                  clock: Callable[[], float] = time.time):

@@ -20,7 +20,7 @@ from federation.jobs import make_job
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
 from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
 from federation.scheduler import Snapshot, schedule
-from federation.store import JobRow, Store
+from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
 from policies.tidal import effective_burst
 from providers.base import Provider
@@ -70,20 +70,50 @@ def request_from_submission(body: dict) -> dict:
 
 
 class Controller:
+    #: how often each cloud site is reconciled against the ledger (also once at start-up)
+    RECONCILE_S = 300.0
+    #: how long a site/group that failed for capacity is skipped by the burst policy
+    BLOCK_S = 600.0
+
     def __init__(self, fed: Federation, store: Store, sites: dict[str, RaySite], clock: Callable[[], float] = time.time,
-                 providers: dict[str, Provider] | None = None):
-        self.fed, self.store, self.sites, self.clock = fed, store, sites, clock
-        self.providers = providers or {}
+                 providers: dict[str, Provider] | None = None, inventories: dict[str, Provider] | None = None,
+                 ledger: RequestLedger | None = None, log: Callable[[str], None] = lambda _: None):
+        self.fed, self.store, self.sites, self.clock, self.log = fed, store, sites, clock, log
+        self.providers = providers or {}  # burst sites
+        self.inventories = inventories or {}  # fixed fleets whose nodes an API lists (Kubernetes)
+        self.ledger = ledger or RequestLedger()
         self.in_flight: dict[str, burst_policy.InFlight] = {}
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_since: dict[str, float] = {}
         self.cloud_nodes: tuple[Node, ...] = ()
-        self.fixed_nodes = tuple(
+        self.config_nodes = tuple(
             Node(f"{s.name}/{g.name}-{i}", s.name, g.name, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib)
-            for s in fed.sites if s.name in sites for g in s.node_groups for i in range(g.count)
+            for s in fed.sites if s.name in sites and s.name not in self.inventories for g in s.node_groups for i in range(g.count)
         )
+        self.fixed_nodes = self.config_nodes
         self.last_plan = None
         self.cycle_s: list[float] = []
+        self.reconciled_s: float | None = None
+        self._resume()
+
+    def _resume(self) -> None:
+        """Requests journaled before a restart: cloud ones are picked up (never made twice), the
+        rest (local workers, which die with the controller) are over."""
+        for r in self.ledger.requests(states={"REQUESTED"}):
+            prov = self.providers.get(r.site)
+            if prov is None or not prov.durable:
+                self.ledger.update(r.id, state="FAILED")
+                continue
+            self.in_flight[r.id] = burst_policy.InFlight(r.id, r.site, r.group, r.count, r.requested_s, tuple(r.jobs or ()))
+            prov.request(r.id, self.fed.site(r.site).node_group(r.group), r.count)
+            self.log(f"{r.site}: resuming cloud request {r.id} ({r.count} x {r.group})")
+
+    def reconcile(self, now: float) -> None:
+        """Adopt the cloud machines the ledger knows, terminate the ones it does not (no leaks)."""
+        self.reconciled_s = now
+        for prov in self.providers.values():
+            for action in prov.reconcile():
+                self.log(action)
 
     # ---- submissions ----
 
@@ -129,7 +159,11 @@ class Controller:
             else:
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
+        if self.reconciled_s is None or now - self.reconciled_s >= self.RECONCILE_S:
+            self.reconcile(now)
+        self._refresh_fixed()
         self._refresh_cloud(now)
+        self._meter(now)
         covered = frozenset(j for f in self.in_flight.values() for j in f.jobs)
         plan = schedule(Snapshot(self.fed, self.nodes, tuple(running), tuple(pending), burst_in_flight=covered,
                                  reservations=self.last_plan.reservations if self.last_plan else {}), now)
@@ -156,28 +190,68 @@ class Controller:
     def nodes(self) -> tuple[Node, ...]:
         return self.fixed_nodes + self.cloud_nodes
 
-    def _refresh_cloud(self, now: float) -> None:
-        """Cloud nodes are what the providers list; requests that delivered, or timed out, end."""
-        nodes, seen = [], {}
-        for site, prov in self.providers.items():
+    def _listed(self, providers: dict[str, Provider]) -> tuple[list[Node], dict[str, int]]:
+        """The nodes the providers list, as core nodes, and how many each request has."""
+        nodes, per_request = [], {}
+        for site, prov in providers.items():
             for pn in prov.list_nodes():
                 g = self.fed.site(site).node_group(pn.group)
                 r = g.node_resources
                 nodes.append(Node(pn.name, site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib))
-                seen[pn.request_id] = seen.get(pn.request_id, 0) + 1
+                per_request[pn.request_id] = per_request.get(pn.request_id, 0) + 1
+        return nodes, per_request
+
+    def _refresh_fixed(self) -> None:
+        """A fixed fleet behind an API (Kubernetes) is what it lists now: nodes down or cordoned drop out."""
+        if not self.inventories:
+            return
+        listed, _ = self._listed(self.inventories)
+        for site, inv in self.inventories.items():
+            for err in inv.errors():
+                self.log(f"{site}: {err.kind}: {err.message}")
+        self.fixed_nodes = self.config_nodes + tuple(listed)
+
+    def _refresh_cloud(self, now: float) -> None:
+        """Cloud nodes are what the providers list; requests that delivered, or timed out, end."""
+        nodes, seen = self._listed(self.providers)
+        for site, prov in self.providers.items():
             for err in prov.errors():
+                self.log(f"{site}: {err.kind}: {err.message}")
                 f = self.in_flight.pop(err.request_id, None)
                 if f is not None and err.kind in ("Capacity", "Quota"):
-                    self.blocked[(f.site, f.group)] = now + 600
+                    self.blocked[(f.site, f.group)] = now + self.BLOCK_S
         self.cloud_nodes = tuple(nodes)
         timeout = self.fed.policies.burst.provisioning_timeout_s
         for rid, f in list(self.in_flight.items()):
+            prov = self.providers[f.site]
             if seen.get(rid, 0) >= f.count:
                 del self.in_flight[rid]
+                if not prov.durable:  # cloud providers journal their own deliveries
+                    self.ledger.update(rid, state="DELIVERED")
             elif now - f.requested_s > timeout:
+                # give up: what did arrive goes back, and the next cycle tries the next option
                 del self.in_flight[rid]
-                self.blocked[(f.site, f.group)] = now + 600  # the next cycle tries the next option
+                prov.cancel(rid)
+                self.ledger.update(rid, state="FAILED")
+                self.blocked[(f.site, f.group)] = now + self.BLOCK_S
+                self.log(f"{f.site}: request {rid} for {f.count} x {f.group} not ready in {timeout:g} s; released it")
         self.blocked = {k: t for k, t in self.blocked.items() if t > now}
+
+    def _month(self, now: float) -> str:
+        return self._local(now).strftime("%Y-%m")
+
+    def _meter(self, now: float) -> None:
+        """Charge the cloud nodes listed now for the time since the meter last ran.
+
+        After a controller outage the whole gap is charged at today's rate: the machines kept
+        billing while nobody watched, and over-counting is the safe side of a budget.
+        """
+        last = self.ledger.metered_s()
+        rate = sum(self.fed.site(n.site).node_group(n.node_group).price_usd_per_hour for n in self.cloud_nodes)
+        if last is None or now <= last:
+            self.ledger.charge(self._month(now), 0.0, now)
+            return
+        self.ledger.charge(self._month(now), rate * (now - last) / 3600, now)
 
     def _burst(self, now: float, plan, running: list[RunningJob]) -> None:
         used: dict[str, Resources] = {}
@@ -196,13 +270,17 @@ class Controller:
         enabled, budget = effective_burst(self.fed, self._local(now))
         pending_since = {r.id: r.submitted_s for r in self.store.jobs({"PENDING"})}
         d = burst_policy.decide(self.fed, now, burst_policy.BurstInputs(
-            plan.capacity_requests, pending_since, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget, 0.0))
+            plan.capacity_requests, pending_since, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget,
+            self.ledger.spend(self._month(now))))
         for job_id, (code, msg) in d.reasons.items():
             self.store.update(job_id, reason=code, message=f"{code}: {msg}")
         for up in d.scale_up:
-            rid = uuid.uuid4().hex[:8]
+            rid = f"burst-{uuid.uuid4().hex[:10]}"
+            # journaled before the cloud is asked: a restart resumes it instead of asking twice
+            self.ledger.record(CloudRequest(rid, up.site, up.group, up.count, now, jobs=list(up.jobs)))
             self.in_flight[rid] = burst_policy.InFlight(rid, up.site, up.group, up.count, now, up.jobs)
             self.providers[up.site].request(rid, self.fed.site(up.site).node_group(up.group), up.count)
+            self.log(f"{up.site}: requested {up.count} x {up.group} for {', '.join(up.jobs)} (request {rid})")
             for j in up.jobs:
                 self.store.update(j, reason="WaitingForBurst", message=f"WaitingForBurst: {up.count} node(s) of {up.site}/{up.group} requested")
         by_site: dict[str, list[str]] = {}
@@ -283,4 +361,7 @@ class Controller:
                         "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)} for q in self.fed.queues],
             "pending": [{"job": r.id, "reason": r.reason, "message": r.message} for r in rows if r.status == "PENDING"],
             "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
+            "cloud": {"in_flight": [{"request": f.request_id, "site": f.site, "group": f.group, "count": f.count, "jobs": list(f.jobs)}
+                                    for f in self.in_flight.values()],
+                      "month_spend_usd": round(self.ledger.spend(self._month(self.clock())), 2)},
         }

@@ -16,7 +16,9 @@ from federation.model import Federation
 from federation.runtime.api import load_tokens, serve
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
-from federation.store import Store
+from federation.store import RequestLedger, Store
+from providers.base import Provider
+from providers.factory import build_provider
 from providers.local import LocalProvider
 
 
@@ -47,7 +49,7 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
         raise FederationError(f"api.listen: {fed.api.listen!r} is not HOST:PORT")
     tokens = load_tokens(fed.api.tokens_file)
     sites: dict[str, RaySite] = {}
-    providers: dict[str, LocalProvider] = {}
+    providers: dict[str, Provider] = {}
     local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
     started_env = None
     if local:
@@ -59,10 +61,16 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
             if s.is_cloud:  # its "cloud nodes" are Ray workers started on this machine on demand
                 delay = getattr(s.provider, "start_delay_s", 0.0)
                 providers[s.name] = LocalProvider(s.name, gcs, address, delay, started_env)
+    ledger = RequestLedger(state)  # cloud requests live in the same journal as the jobs
+    inventories: dict[str, Provider] = {}
     for s in fed.sites:
         if s.ray_address and s.name not in sites:
             sites[s.name] = RaySite(s.name, s.ray_address)
-    ctl = Controller(fed, Store(state), sites, providers=providers)
+            prov = build_provider(fed, s, ledger, state.parent / f"{state.name}.terraform")
+            if prov is not None:
+                (providers if s.is_cloud else inventories)[s.name] = prov
+                log(f"{s.name}: {type(prov).__name__}")
+    ctl = Controller(fed, Store(state), sites, providers=providers, inventories=inventories, ledger=ledger, log=log)
 
     async def main():
         runner = await serve(ctl, host or "127.0.0.1", int(port), cycle_s, tokens)
@@ -82,7 +90,7 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
     except KeyboardInterrupt:
         log("stopping")
     finally:
-        for p in providers.values():
+        for p in [*providers.values(), *inventories.values()]:
             p.close()
         if started_env is not None:
             ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")

@@ -3,6 +3,7 @@
 Put it between a real client library and a real server (moto_server) to see how the provider
 copes with throttling and capacity errors the server itself never produces. A rule is a
 predicate on (method, path, body) and the response to give; `times` bounds how often it fires.
+A rewrite edits the server's real response (say, to show instances still booting).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def ec2_error(code: str, status: int = 400, *, when=None, times: int | None = No
 class FaultyProxy:
     def __init__(self, upstream: str):
         self.upstream, self.rules, self.seen = upstream.rstrip("/"), [], []
+        self.rewrites: list = []  # (predicate on the request body, bytes -> bytes on the response)
         self._lock = threading.Lock()
         proxy = self
 
@@ -77,7 +79,11 @@ class FaultyProxy:
         fwd = {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
         resp = requests.request(method, self.upstream + path, data=raw, headers=fwd, timeout=60)
         keep = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "x-amzn-requestid")}
-        return resp.status_code, keep, resp.content
+        content = resp.content
+        for matches, rewrite in list(self.rewrites):
+            if matches(text):
+                content = rewrite(content)
+        return resp.status_code, keep, content
 
     def close(self) -> None:
         self.server.shutdown()

@@ -1,0 +1,158 @@
+"""The live controller bursting to a real moto_server through the EC2 provider: the request is
+journaled, a restart resumes it without a second launch, a timeout releases what arrived, and the
+meter charges the month's spend. The sites' Ray clusters are unreachable here: these tests stop
+at admission, which is where the cloud's part ends."""
+
+from __future__ import annotations
+
+import uuid
+
+import boto3
+import pytest
+
+from federation.config import parse
+from federation.runtime.controller import Controller
+from federation.runtime.sites import RaySite
+from federation.store import CloudRequest, RequestLedger, Store
+from providers.aws import Ec2Provider
+from tests.fakes.faulty import FaultyProxy
+
+CONFIG = """
+federation: {{name: {fed}, timezone: UTC}}
+sites:
+  - name: idc
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {{name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 1}}
+  - name: aws
+    kind: aws
+    ray_address: http://127.0.0.1:9
+    provider: {{kind: aws, region: us-east-1, launch_template: {template}, subnet_ids: [{subnet}], endpoint_url: {endpoint}}}
+    node_groups:
+      - {{name: p4d, instance_type: p4d.24xlarge, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96,
+         memory_gib_per_node: 1152, max_nodes: 4, price_usd_per_hour: 30, boot_s: 300}}
+queues:
+  - {{name: research, deserved: {{gpu: 8}}, burst: true}}
+policies:
+  burst: {{enabled: true, pending_wait_s: 60, budget_usd_per_hour: 200, provisioning_timeout_s: 600, scale_in_idle_s: 300}}
+"""
+
+
+@pytest.fixture
+def cloud(moto_server, tmp_path):
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_server)
+    vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24")["Subnet"]["SubnetId"]
+    template = f"tpl-{uuid.uuid4().hex[:6]}"
+    ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData={"ImageId": "ami-12c6146b"})
+    proxy = FaultyProxy(moto_server)
+    fed = parse(CONFIG.format(fed=f"ctl-{uuid.uuid4().hex[:6]}", template=template, subnet=subnet, endpoint=proxy.url))
+    clock = [1_800_000_000.0]
+    made = []
+
+    def controller():
+        ledger = RequestLedger(tmp_path / "state.db")
+        site = fed.site("aws")
+        prov = Ec2Provider(fed.name, "aws", site.provider, {g.name: g for g in site.node_groups}, ledger=ledger)
+        made.append(prov)
+        sites = {s.name: RaySite(s.name, s.ray_address) for s in fed.sites}
+        return Controller(fed, Store(tmp_path / "state.db"), sites, clock=lambda: clock[0], providers={"aws": prov}, ledger=ledger), prov
+
+    def instances():
+        filters = [{"Name": "tag:federation", "Values": [fed.name]}, {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        return [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+    yield controller, clock, proxy, instances
+    for p in made:
+        p.close()
+    proxy.close()
+
+
+def submit_gang(ctl, job_id, tasks=2):
+    ctl.submit({"entrypoint": "python train.py", "submission_id": job_id,
+                "metadata": {"queue": "research", "tasks": str(tasks), "gpus_per_task": "8"}})
+
+
+def test_a_gang_that_waits_past_pending_wait_bursts_and_is_admitted_on_the_new_nodes(cloud):
+    controller, clock, _, instances = cloud
+    ctl, prov = controller()
+    submit_gang(ctl, "big")
+    ctl.tick()
+    assert ctl.store.get("big").reason != "WaitingForBurst" and instances() == []  # not before pending_wait_s
+    clock[0] += 61
+    ctl.tick()
+    prov.wait(60)
+    assert ctl.store.get("big").reason == "WaitingForBurst" and len(instances()) == 2
+    [req] = ctl.ledger.requests("aws")
+    assert req.jobs == ["big"] and req.count == 2
+    clock[0] += 300
+    ctl.tick()
+    row = ctl.store.get("big")
+    assert row.site == "aws" and row.status == "ADMITTED" and {p["node"] for p in row.placements} == {i["InstanceId"] for i in instances()}
+    assert ctl.ledger.get(req.id).state == "DELIVERED"
+    # two p4d nodes at 30 USD/h for the 300 s since the meter last ran
+    assert ctl.ledger.spend("2027-01") == pytest.approx(2 * 30 * 300 / 3600)
+
+
+def test_a_restart_mid_scale_up_resumes_the_request_without_a_second_launch(cloud, tmp_path):
+    controller, clock, proxy, instances = cloud
+    ctl, prov = controller()
+    submit_gang(ctl, "big")
+    # the controller journaled a request for the gang and launched one of its two nodes, then died
+    ctl.ledger.record(CloudRequest("burst-1", "aws", "p4d", 2, clock[0], jobs=["big"]))
+    site = ctl.fed.site("aws")
+    tags = [{"Key": k, "Value": v} for k, v in prov.tags("p4d", "burst-1").items()]
+    prov.ec2.run_instances(MinCount=1, MaxCount=1, LaunchTemplate={"LaunchTemplateName": site.provider.launch_template},
+                           SubnetId=site.provider.subnet_ids[0], TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+    prov.close()
+    proxy.seen.clear()
+    ctl2, prov2 = controller()
+    assert list(ctl2.in_flight) == ["burst-1"]
+    prov2.wait(60)
+    clock[0] += 120
+    ctl2.tick()
+    prov2.wait(60)
+    assert len(instances()) == 2
+    [run] = [b for b in proxy.seen if "Action=RunInstances" in b]
+    assert "MinCount=1" in run  # only the missing node
+    assert [r.id for r in ctl2.ledger.requests("aws")] == ["burst-1"]  # the gang is not asked for again
+    assert ctl2.store.get("big").site == "aws"
+
+
+def test_capacity_that_is_not_ready_in_time_is_released_and_the_option_blocked(cloud):
+    controller, clock, proxy, instances = cloud
+    # the instances never get past booting, as the proxy shows them
+    proxy.rewrites.append((lambda body: "Action=DescribeInstances" in body,
+                           lambda xml: xml.replace(b"<name>running</name>", b"<name>pending</name>")))
+    ctl, prov = controller()
+    submit_gang(ctl, "big")
+    ctl.tick()
+    clock[0] += 61
+    ctl.tick()
+    prov.wait(60)
+    assert len(instances()) == 2 and ctl.cloud_nodes == ()
+    clock[0] += 601
+    ctl.tick()
+    prov.wait(60)
+    assert instances() == []
+    [req] = ctl.ledger.requests("aws")
+    assert req.state == "FAILED" and ("aws", "p4d") in ctl.blocked
+
+
+def test_reconcile_at_start_terminates_instances_unknown_to_the_journal(cloud, tmp_path):
+    controller, clock, _, instances = cloud
+    ctl, prov = controller()
+    submit_gang(ctl, "big")
+    ctl.tick()
+    clock[0] += 61
+    ctl.tick()
+    prov.wait(60)
+    assert len(instances()) == 2
+    prov.close()
+    (tmp_path / "state.db").unlink()  # the journal is lost
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"state.db{suffix}").unlink(missing_ok=True)
+    ctl2, _ = controller()
+    ctl2.tick()
+    assert instances() == []
