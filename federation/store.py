@@ -99,7 +99,7 @@ class CloudRequest:
     group: str
     count: int
     requested_s: float
-    state: str = "REQUESTED"  # REQUESTED | DELIVERED | FAILED | RELEASED
+    state: str = "REQUESTED"  # REQUESTED | DELIVERED | FAILED | CANCELLED | RELEASED
     nodes: list | None = None  # provider node ids made for it
     jobs: list | None = None  # the pending jobs it is for (so a restart does not ask twice for them)
 

@@ -88,7 +88,7 @@ class Provider(ABC):
         return []
 
     def cancel(self, request_id: str) -> None:
-        """Give up on a request (it timed out): release what it made."""
+        """Give up on a request (timed out, or no longer needed): release what it made."""
         self.release([n.name for n in self.list_nodes() if n.request_id == request_id])
 
     def close(self) -> None:  # noqa: B027 - most providers have no background work
@@ -213,13 +213,13 @@ class CloudProvider(Provider):
                 self._errors.append(ProviderError("-", f.kind, f"cannot release {names}: {f.message}"))
 
     def cancel(self, request_id: str) -> None:
-        """Give up on a request (it timed out): nothing it made or will make is kept."""
+        """Give up on a request (timed out, or no longer needed): nothing it made or will make is kept."""
         stored = self.ledger.get(request_id)
         if stored is None:
             return
         with self._lock:
             in_flight = stored.state == "REQUESTED" and request_id in self.pending
-            self.ledger.update(request_id, state="FAILED")
+            self.ledger.update(request_id, state="CANCELLED")
         if not in_flight:  # a launch in flight undoes itself when it returns
             self._undo(request_id)
 

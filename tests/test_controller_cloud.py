@@ -137,7 +137,7 @@ def test_capacity_that_is_not_ready_in_time_is_released_and_the_option_blocked(c
     prov.wait(60)
     assert instances() == []
     [req] = ctl.ledger.requests("aws")
-    assert req.state == "FAILED" and ("aws", "p4d") in ctl.blocked
+    assert req.state == "CANCELLED" and ("aws", "p4d") in ctl.blocked
 
 
 def test_reconcile_at_start_terminates_instances_unknown_to_the_journal(cloud, tmp_path):

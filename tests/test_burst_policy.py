@@ -1,0 +1,84 @@
+"""The pure burst policy: when, where and how much to ask for, what to give back or cancel."""
+
+from __future__ import annotations
+
+from federation.config import parse
+from federation.model import CapacityRequest, Resources
+from policies.burst import BurstInputs, CloudNode, InFlight, decide
+
+FED = parse("""
+federation: {name: t, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    node_groups: [{name: a, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 1}]
+  - name: cloud
+    kind: simulated
+    provider: {kind: simulated}
+    node_groups:
+      - {name: spot, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96, memory_gib_per_node: 1152, max_nodes: 3,
+         spot: true, price_usd_per_hour: 10, fallback: od}
+      - {name: od, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96, memory_gib_per_node: 1152, max_nodes: 2, price_usd_per_hour: 30}
+queues:
+  - {name: research, deserved: {gpu: 8}, burst: true}
+  - {name: online, deserved: {gpu: 8}}
+policies:
+  burst: {enabled: true, pending_wait_s: 600, budget_usd_per_hour: 60, budget_usd_per_month: 1000, scale_in_idle_s: 300}
+""", "t.yaml")
+
+
+def gang(job, tasks, queue="research", since=0.0):
+    return CapacityRequest(job, queue, tasks, Resources.of(8, 8, 64), (), since)
+
+
+def inputs(requests=(), nodes=(), in_flight=(), blocked=frozenset(), pending=None, month=0.0, budget=60.0):
+    pending = pending if pending is not None else {r.job_id: r.waiting_since_s for r in requests}
+    return BurstInputs(tuple(requests), pending, tuple(nodes), tuple(in_flight), blocked, True, budget, month)
+
+
+def test_nothing_before_pending_wait_and_then_the_fewest_cheapest_nodes():
+    early = decide(FED, 599, inputs([gang("j", 2)]))
+    assert early.scale_up == [] and early.next_check_s == 600
+    d = decide(FED, 600, inputs([gang("j", 2)]))
+    [up] = d.scale_up
+    assert (up.site, up.group, up.count, up.jobs) == ("cloud", "spot", 2, ("j",))
+
+
+def test_queues_without_burst_never_burst():
+    assert decide(FED, 10_000, inputs([gang("j", 1, queue="online")])).scale_up == []
+
+
+def test_max_nodes_then_fallback_group_and_the_hourly_budget():
+    d = decide(FED, 600, inputs([gang("a", 3), gang("b", 1)]))
+    assert [(u.group, u.count) for u in d.scale_up] == [("spot", 3), ("od", 1)]  # 30 + 30 = 60 USD/h, at the budget
+    d = decide(FED, 600, inputs([gang("a", 3), gang("b", 2)]))
+    assert [(u.group, u.count) for u in d.scale_up] == [("spot", 3)]
+    assert d.reasons["b"][0] == "BurstBudgetExhausted"
+
+
+def test_a_blocked_group_fails_over_to_the_next():
+    d = decide(FED, 600, inputs([gang("a", 1)], blocked=frozenset({("cloud", "spot")})))
+    assert [(u.group, u.count) for u in d.scale_up] == [("od", 1)]
+
+
+def test_the_monthly_budget_stops_scale_ups_with_its_reason():
+    d = decide(FED, 600, inputs([gang("a", 1)], month=1000.0))
+    assert d.scale_up == [] and d.reasons["a"][0] == "BurstBudgetExhausted"
+
+
+def test_jobs_covered_by_a_request_in_flight_are_not_asked_for_twice():
+    f = InFlight("r1", "cloud", "spot", 2, 600, ("a",))
+    assert decide(FED, 700, inputs([gang("a", 2)], in_flight=[f])).scale_up == []
+
+
+def test_idle_nodes_go_after_scale_in_idle_and_busy_ones_never():
+    nodes = [CloudNode("n1", "cloud", "spot", False, 0.0), CloudNode("n2", "cloud", "spot", True, None), CloudNode("n3", "cloud", "spot", False, 200.0)]
+    assert decide(FED, 400, inputs(nodes=nodes)).release == ["n1"]
+
+
+def test_a_request_whose_gangs_all_started_elsewhere_is_cancelled_unless_another_gang_asks():
+    f = InFlight("r1", "cloud", "spot", 2, 600, ("a",))
+    assert decide(FED, 700, inputs(in_flight=[f], pending={})).cancel == ["r1"]
+    assert decide(FED, 700, inputs(in_flight=[f], pending={"a": 0.0})).cancel == []  # still waiting for it
+    other = decide(FED, 700, inputs([gang("b", 1)], in_flight=[f], pending={"b": 0.0}))
+    assert other.scale_up and other.cancel == []
