@@ -72,7 +72,6 @@ class BurstDecision:
     scale_up: list[ScaleUp] = field(default_factory=list)
     release: list[str] = field(default_factory=list)  # node names
     reasons: dict[str, tuple[str, str]] = field(default_factory=dict)  # job id -> (code, message)
-    cancel: list[str] = field(default_factory=list)  # in-flight request ids no waiting job needs
     next_check_s: float | None = None  # the earliest time a waiting job becomes eligible
 
 
@@ -144,21 +143,8 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
         count = len(opened[(site, group)]) - existing.get((site, group), 0)
         if count:
             out.scale_up.append(ScaleUp(site, group, count, tuple(jobs)))
-    if not out.scale_up:
-        out.cancel = _orphaned(inp)
     out.release = _idle_to_release(fed, now, inp)
     return out
-
-
-def _orphaned(inp: BurstInputs) -> list[str]:
-    """Requests still booting whose gangs all started elsewhere (the IDC freed up first).
-
-    Their nodes would arrive to nothing, idle for `scale_in_idle_s` and go: paid for no work.
-    Only cancelled when no gang asks for cloud capacity this cycle, so a booting node is never
-    given up just before another waiting gang would have used it.
-    """
-    waiting = set(inp.pending_since)
-    return [f.request_id for f in inp.in_flight if f.jobs and not waiting.intersection(f.jobs)]
 
 
 def _options(fed: Federation, job: JobSpec, queue_sites, blocked) -> list[tuple[NodeGroup, int]]:

@@ -74,11 +74,3 @@ def test_jobs_covered_by_a_request_in_flight_are_not_asked_for_twice():
 def test_idle_nodes_go_after_scale_in_idle_and_busy_ones_never():
     nodes = [CloudNode("n1", "cloud", "spot", False, 0.0), CloudNode("n2", "cloud", "spot", True, None), CloudNode("n3", "cloud", "spot", False, 200.0)]
     assert decide(FED, 400, inputs(nodes=nodes)).release == ["n1"]
-
-
-def test_a_request_whose_gangs_all_started_elsewhere_is_cancelled_unless_another_gang_asks():
-    f = InFlight("r1", "cloud", "spot", 2, 600, ("a",))
-    assert decide(FED, 700, inputs(in_flight=[f], pending={})).cancel == ["r1"]
-    assert decide(FED, 700, inputs(in_flight=[f], pending={"a": 0.0})).cancel == []  # still waiting for it
-    other = decide(FED, 700, inputs([gang("b", 1)], in_flight=[f], pending={"b": 0.0}))
-    assert other.scale_up and other.cancel == []

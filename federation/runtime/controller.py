@@ -235,13 +235,12 @@ class Controller:
                 self.log(f"{f.site}: request {rid} for {f.count} x {f.group} not ready in {timeout:g} s; released it")
         self.blocked = {k: t for k, t in self.blocked.items() if t > now}
 
-    def _cancel(self, rid: str) -> burst_policy.InFlight:
+    def _cancel(self, rid: str) -> None:
         f = self.in_flight.pop(rid)
         prov = self.providers[f.site]
         prov.cancel(rid)
         if not prov.durable:  # cloud providers journal their own
             self.ledger.update(rid, state="CANCELLED")
-        return f
 
     def _month(self, now: float) -> str:
         return self._local(now).strftime("%Y-%m")
@@ -289,9 +288,6 @@ class Controller:
             self.log(f"{up.site}: requested {up.count} x {up.group} for {', '.join(up.jobs)} (request {rid})")
             for j in up.jobs:
                 self.store.update(j, reason="WaitingForBurst", message=f"WaitingForBurst: {up.count} node(s) of {up.site}/{up.group} requested")
-        for rid in d.cancel:
-            f = self._cancel(rid)
-            self.log(f"{f.site}: cancelled request {rid}: its gangs started elsewhere before its nodes were up")
         by_site: dict[str, list[str]] = {}
         for name in d.release:
             by_site.setdefault(next(n.site for n in self.cloud_nodes if n.name == name), []).append(name)

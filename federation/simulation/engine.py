@@ -356,11 +356,6 @@ class Simulator:
         for up in d.scale_up:
             self._scale_up(t, up)
         self.dirty |= bool(d.scale_up)
-        for rid in d.cancel:
-            f = self.in_flight.pop(rid)
-            g = self.fed.site(f.site).node_group(f.group)
-            self.ledger.cancelled(t - f.requested_s, f.count, g.price_usd_per_hour, self.jobs[f.jobs[0]].spec.queue)
-            self.emit(t, "scale_cancel", site=f.site, node_group=f.group, count=f.count)
         for name in d.release:
             self.cloud_stats["scale_downs"] += 1
             self._node_down(t, name)

@@ -3,8 +3,7 @@
 Showback: a cloud node's cost is split among the queues whose work runs on it, by GPU share
 (CPU-only work by CPU share); while it idles (or boots), its cost goes to the queue whose gang
 triggered the burst. Nodes are paid from the moment they are requested until they are
-released; a request that never delivers costs nothing (clouds bill running instances), one the
-controller gives up while its nodes boot is paid until then.
+released; a request that never delivers costs nothing (clouds bill running instances).
 """
 
 from __future__ import annotations
@@ -41,13 +40,6 @@ class Ledger:
         self.books[name] = _NodeBook(site, gpus, cloud, price, trigger, t)
         if cloud and paid_since is not None and t > paid_since:
             self._charge_idle(self.books[name], t - paid_since)
-
-    def cancelled(self, dt: float, count: int, price: float, trigger: str | None) -> None:
-        """Nodes given up while booting: paid from the request until now, for no work."""
-        if dt > 0 and count:
-            self._charge_idle(_NodeBook("-", 0, True, price * count, trigger, 0.0), dt)
-            self.paid_node_s += dt * (count - 1)
-            self.idle_paid_node_s += dt * (count - 1)
 
     def _charge_idle(self, b: _NodeBook, dt: float) -> None:
         usd = b.price_usd_per_hour * dt / 3600
