@@ -5,6 +5,7 @@ Contract (the shape of Ray autoscaler v2's cloud interface):
   per request id (asking twice with one id starts the nodes once).
 - `list_nodes()` reports the nodes that are up and can hold work, each with the request that
   made it; capacity that never arrives simply never shows up here (the caller times it out).
+  None means the provider could not list now (the error is in `errors()`): not "no nodes".
 - `release(names)` gives nodes back; releasing a node that is gone is not an error.
 - Problems come back as data (`errors()`), classified once at this edge, never as exceptions
   in the controller's loop.
@@ -75,7 +76,7 @@ class Provider(ABC):
     def request(self, request_id: str, group: NodeGroup, count: int) -> None: ...
 
     @abstractmethod
-    def list_nodes(self) -> list[ProvidedNode]: ...
+    def list_nodes(self) -> list[ProvidedNode] | None: ...
 
     @abstractmethod
     def release(self, names: list[str]) -> None: ...
@@ -89,7 +90,7 @@ class Provider(ABC):
 
     def cancel(self, request_id: str) -> None:
         """Give up on a request (timed out, or no longer needed): release what it made."""
-        self.release([n.name for n in self.list_nodes() if n.request_id == request_id])
+        self.release([n.name for n in self.list_nodes() or [] if n.request_id == request_id])
 
     def close(self) -> None:  # noqa: B027 - most providers have no background work
         """Stop background work; cloud machines stay as they are."""
@@ -192,13 +193,13 @@ class CloudProvider(Provider):
             log.info("%s: %s for %s; falling back to %s", self.site, f.kind, group.name, fallback.name)
             return retried(lambda: self._attempt(req, fallback))
 
-    def list_nodes(self) -> list[ProvidedNode]:
+    def list_nodes(self) -> list[ProvidedNode] | None:
         try:
             found = retried(self._instances)
         except ProviderFailure as f:
             with self._lock:
                 self._errors.append(ProviderError("-", f.kind, f"cannot list {self.site}: {f.message}"))
-            return []
+            return None
         return [ProvidedNode(i.id, self.site, i.group, i.request_id) for i in found if i.ready]
 
     def release(self, names: list[str]) -> None:

@@ -26,7 +26,7 @@ def check(provider: Provider, site: str, group: NodeGroup, count: int, *, timeou
     log(f"requested {count} node(s) of {site}/{group.name} (request {rid})")
     deadline, listed = clock() + timeout_s, []
     while True:
-        listed = sorted(n.name for n in provider.list_nodes() if n.request_id == rid)
+        listed = sorted(n.name for n in provider.list_nodes() or [] if n.request_id == rid)
         errs = provider.errors()
         problems += [f"{e.kind}: {e.message}" for e in errs]
         if len(listed) >= count or any(e.request_id == rid for e in errs) or clock() > deadline:
@@ -42,7 +42,7 @@ def check(provider: Provider, site: str, group: NodeGroup, count: int, *, timeou
     problems += [f"{e.kind}: {e.message}" for e in provider.errors()]
     try:
         left = sorted(provider.machines(rid)) if isinstance(provider, CloudProvider) else \
-            sorted(n.name for n in provider.list_nodes() if n.request_id == rid)
+            sorted(n.name for n in provider.list_nodes() or [] if n.request_id == rid)
     except ProviderFailure as f:
         problems.append(f"could not list what is left: {f}")
         left = []

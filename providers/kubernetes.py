@@ -95,12 +95,12 @@ class KubernetesInventory(Provider):
         return GpuNode(n.metadata.name, group.name if group else None, product, int(alloc.get(GPU, 0)), mig, rack, ready,
                        not (n.spec and n.spec.unschedulable), labels)
 
-    def list_nodes(self) -> list[ProvidedNode]:
+    def list_nodes(self) -> list[ProvidedNode] | None:
         try:
             found = self.gpu_nodes()
         except ProviderFailure as f:
             self._errors.append(ProviderError("-", f.kind, f"cannot list the GPU nodes of {self.site.name}: {f.message}"))
-            return []
+            return None
         for n in found:
             if n.group is None:
                 self._errors.append(ProviderError("-", INVALID, f"node {n.name}: GPU product {n.product!r} matches no node group of "

@@ -64,13 +64,13 @@ class LocalProvider(Provider):
             else:  # released before it started
                 proc.terminate()
 
-    def list_nodes(self) -> list[ProvidedNode]:
+    def list_nodes(self) -> list[ProvidedNode] | None:
         try:
             data = requests.get(f"{self.dashboard}/api/v0/nodes", params={"limit": 10000}, timeout=10).json()
             alive = {res for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE" for res in (n.get("resources_total") or {})}
         except (requests.RequestException, ValueError, KeyError, TypeError) as e:
             self._errors.append(ProviderError("-", "Transient", f"cannot list the local cluster's nodes: {e}"))
-            return []
+            return None
         with self._lock:
             return [ProvidedNode(name, self.site, g, rid) for name, (g, rid, p) in self.procs.items()
                     if p is not None and p.poll() is None and node_resource(name) in alive]

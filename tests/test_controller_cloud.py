@@ -15,7 +15,7 @@ from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
 from federation.store import CloudRequest, RequestLedger, Store
 from providers.aws import Ec2Provider
-from tests.fakes.faulty import FaultyProxy
+from tests.fakes.faulty import FaultyProxy, ec2_error
 
 CONFIG = """
 federation: {{name: {fed}, timezone: UTC}}
@@ -156,3 +156,43 @@ def test_reconcile_at_start_terminates_instances_unknown_to_the_journal(cloud, t
     ctl2, _ = controller()
     ctl2.tick()
     assert instances() == []
+
+
+def admitted_on_cloud(controller, clock):
+    ctl, prov = controller()
+    submit_gang(ctl, "big")
+    ctl.tick()
+    clock[0] += 61
+    ctl.tick()
+    prov.wait(60)
+    clock[0] += 300
+    ctl.tick()
+    assert ctl.store.get("big").site == "aws"
+    return ctl, prov
+
+
+def test_a_gang_whose_spot_node_is_interrupted_is_requeued_with_its_reason(cloud):
+    controller, clock, _, instances = cloud
+    ctl, prov = admitted_on_cloud(controller, clock)
+    victim = ctl.store.get("big").placements[0]["node"]
+    prov.ec2.terminate_instances(InstanceIds=[victim])  # what a spot interruption looks like from here
+    said = []
+    ctl.log = said.append
+    clock[0] += 5
+    ctl.tick()
+    row = ctl.store.get("big")
+    assert row.status == "PENDING" and row.attempt == 1 and row.site is None
+    assert any("lost node" in m and victim in m for m in said)
+    # queued again, it waits with a pending reason like any other job (one node is left: not a gang of two)
+    assert row.reason in ("WaitingForCapacity", "WaitingForBurst")
+
+
+def test_a_failed_listing_is_not_an_empty_cloud(cloud):
+    controller, clock, proxy, _ = cloud
+    ctl, prov = admitted_on_cloud(controller, clock)
+    nodes = ctl.cloud_nodes
+    proxy.add(ec2_error("Unavailable", 503, when=["Action=DescribeInstances"]))
+    clock[0] += 5
+    ctl.tick()
+    assert ctl.cloud_nodes == nodes  # the last listing stands
+    assert ctl.store.get("big").status == "ADMITTED" and ctl.ledger.requests("aws")[0].state == "DELIVERED"

@@ -94,6 +94,8 @@ class Controller:
         self.last_plan = None
         self.cycle_s: list[float] = []
         self.reconciled_s: float | None = None
+        self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
+        self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
 
     def _resume(self) -> None:
@@ -150,6 +152,13 @@ class Controller:
         began = time.perf_counter()
         now = self.clock()
         self._sync(now)
+        if self.reconciled_s is None or now - self.reconciled_s >= self.RECONCILE_S:
+            self.reconcile(now)
+        self.fresh = set()
+        self._refresh_fixed()
+        self._refresh_cloud(now)
+        self._requeue_lost(now)
+        self._meter(now)
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         running, pending = [], []
         for r in rows:
@@ -159,11 +168,6 @@ class Controller:
             else:
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
-        if self.reconciled_s is None or now - self.reconciled_s >= self.RECONCILE_S:
-            self.reconcile(now)
-        self._refresh_fixed()
-        self._refresh_cloud(now)
-        self._meter(now)
         covered = frozenset(j for f in self.in_flight.values() for j in f.jobs)
         plan = schedule(Snapshot(self.fed, self.nodes, tuple(running), tuple(pending), burst_in_flight=covered,
                                  reservations=self.last_plan.reservations if self.last_plan else {}), now)
@@ -191,10 +195,17 @@ class Controller:
         return self.fixed_nodes + self.cloud_nodes
 
     def _listed(self, providers: dict[str, Provider]) -> tuple[list[Node], dict[str, int]]:
-        """The nodes the providers list, as core nodes, and how many each request has."""
+        """The nodes the providers list, as core nodes, and how many each request has. A site
+        that cannot be listed now keeps its last listing: a failed call is not an empty cloud."""
         nodes, per_request = [], {}
         for site, prov in providers.items():
-            for pn in prov.list_nodes():
+            found = prov.list_nodes()
+            if found is None:
+                found = self.listing.get(site, [])
+            else:
+                self.listing[site] = found
+                self.fresh.add(site)
+            for pn in found:
                 g = self.fed.site(site).node_group(pn.group)
                 r = g.node_resources
                 nodes.append(Node(pn.name, site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib))
@@ -241,6 +252,26 @@ class Controller:
         prov.cancel(rid)
         if not prov.durable:  # cloud providers journal their own
             self.ledger.update(rid, state="CANCELLED")
+
+    def _requeue_lost(self, now: float) -> None:
+        """A gang whose cloud node is gone (spot interruption, or terminated by hand) cannot go
+        on as a gang: stop what is left of it and queue it again, saying why."""
+        present = {n.name for n in self.cloud_nodes}
+        for row in self.store.jobs({"ADMITTED", "RUNNING"}):
+            if row.site not in self.providers or row.site not in self.fresh:
+                continue
+            lost = sorted({p["node"] for p in row.placements or []} - present)
+            if not lost:
+                continue
+            if row.dispatch_id and row.site in self.sites:
+                try:
+                    self.sites[row.site].stop(row.dispatch_id)
+                except SiteUnavailable:
+                    pass  # the site's Ray cluster may have lost the job with the node
+            self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None,
+                              attempt=row.attempt + 1, reason="NodeLost",
+                              message=f"NodeLost: requeued, node(s) {', '.join(lost)} of {row.site} went away (spot interruption?)")
+            self.log(f"{row.site}: job {row.id} lost node(s) {lost}; requeued")
 
     def _month(self, now: float) -> str:
         return self._local(now).strftime("%Y-%m")
