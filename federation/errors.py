@@ -44,3 +44,11 @@ class JobRejected(FederationError):
 
 class SnapshotError(FederationError):
     """A snapshot handed to the scheduling core is inconsistent."""
+
+
+class BadSubmission(FederationError):
+    """A request the API answers with 4xx; `status` is the HTTP status."""
+
+    def __init__(self, message: str, status: int = 400):
+        self.status = status
+        super().__init__(message)

@@ -46,6 +46,8 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "id" else c for c in COLUMNS)
         self._db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({cols})")
+        # runtime_env packages (working_dir, py_modules) uploaded by clients, kept until dispatched jobs are done with them
+        self._db.execute("CREATE TABLE IF NOT EXISTS packages (name TEXT PRIMARY KEY, data BLOB, uploaded_s REAL)")
 
     def _row(self, values: tuple) -> JobRow:
         d = dict(zip(COLUMNS, values, strict=True))
@@ -83,6 +85,27 @@ class Store:
     def delete(self, job_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    def put_package(self, name: str, data: bytes, at: float) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO packages VALUES (?, ?, ?)", (name, data, at))
+
+    def package(self, name: str) -> bytes | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM packages WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def has_package(self, name: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM packages WHERE name = ?", (name,)).fetchone() is not None
+
+    def drop_packages(self, keep: set[str], uploaded_before: float) -> list[str]:
+        """Forget packages no job in `keep` refers to, uploaded before the cut-off (a package is
+        uploaded just before its job is submitted, so a recent one may not be referred to yet)."""
+        with self._lock:
+            names = [n for (n,) in self._db.execute("SELECT name FROM packages WHERE uploaded_s < ?", (uploaded_before,)) if n not in keep]
+            self._db.executemany("DELETE FROM packages WHERE name = ?", [(n,) for n in names])
+        return names
 
 
 @dataclass

@@ -19,6 +19,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from federation.model import NodeGroup
+from federation.runtime.pinning import node_resource
 from federation.schema import GcpProvider as GcpSpec
 from providers.base import (
     TAG_FEDERATION,
@@ -82,7 +83,7 @@ def instance_name(federation: str, site: str, request_id: str, i: int) -> str:
 def startup_script(ray_address: str | None, name: str, group: NodeGroup) -> str:
     """Joins the site's Ray cluster with the node's GPUs and the resource that names it."""
     host = urlparse(ray_address).hostname if ray_address else "RAY_HEAD"
-    resources = json.dumps({f"federation-node/{name}": 1})
+    resources = json.dumps({node_resource(name): 1})
     return (f"#!/bin/bash\nray start --address={host}:6379 --num-gpus={group.gpus_per_node} "
             f"--num-cpus={max(1, group.node_resources.cpu_milli // 1000)} --resources='{resources}'\n")
 

@@ -8,22 +8,16 @@ out of the cluster.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import requests
 
 from federation.model import NodeGroup
+from federation.runtime.localray import ray_cli, ray_worker_args
+from federation.runtime.pinning import node_resource
 from providers.base import ProvidedNode, Provider, ProviderError
-
-
-def node_resource(name: str) -> str:
-    return f"federation-node/{name}"
 
 
 class LocalProvider(Provider):
@@ -49,10 +43,8 @@ class LocalProvider(Provider):
             timer.start()
 
     def _start(self, name: str, group: NodeGroup, request_id: str) -> None:
-        ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-        r = group.node_resources
-        cmd = [ray, "start", "--address", self.gcs, "--num-gpus", str(group.gpus_per_node), "--num-cpus", str(max(1, r.cpu_milli // 1000)),
-               "--resources", json.dumps({node_resource(name): 1}), "--block", "--disable-usage-stats"]
+        ray = ray_cli()
+        cmd = [ray, "start", *ray_worker_args(self.gcs, name, group.gpus_per_node, group.node_resources.cpu_milli), "--block", "--disable-usage-stats"]
         try:
             proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except OSError as e:

@@ -26,7 +26,7 @@ def moto_server():
 
     Tests share it; each uses its own federation name, and providers filter by that tag.
     """
-    from federation.runtime.up import free_port
+    from federation.runtime.localray import free_port
 
     exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
     if exe is None:

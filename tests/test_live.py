@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -16,12 +15,12 @@ import pytest
 
 from federation.config import parse
 from federation.runtime.api import serve
-from federation.runtime.controller import Controller
+from federation.runtime.controller import Controller, config_nodes
+from federation.runtime.localray import free_port, ray_cli, start_local_ray
 from federation.runtime.sites import RaySite
-from federation.runtime.up import free_port, start_local_ray
 from federation.store import Store
 
-RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+RAY = ray_cli()
 
 CONFIG = """
 federation: {name: live, timezone: UTC}
@@ -43,7 +42,7 @@ policies: {preemption: {grace_s: 1}}
 def ray_cluster():
     """One local Ray cluster for the session: logical GPUs, loopback, auth off (set explicitly).
     Yields (dashboard URL, GCS address)."""
-    dashboard, gcs, env = start_local_ray(gpus=8, cpus=4)  # what fedctl up starts
+    dashboard, gcs, env = start_local_ray(config_nodes(parse(CONFIG, "live.yaml"), ["idc"]))  # what fedctl up starts
     yield dashboard, gcs
     subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
 
@@ -73,7 +72,10 @@ class Live:
         self.thread.start()
         ready.wait(30)
 
-    def close(self):
+    def close(self, stop_jobs: bool = True):
+        """Stop serving; unless the test wants a crash, stop its jobs too: at the shared cluster its site jobs hold real GPUs."""
+        for r in self.store.jobs({"PENDING", "ADMITTED", "RUNNING"}) if stop_jobs else []:
+            self.ctl.stop(r.id)
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -106,6 +108,54 @@ def test_job_submission_client_runs_a_gang_at_the_site_with_its_allocation(live)
     assert "placed 2 idc" in c.get_job_logs(job_id)
     row = live.store.get(job_id)
     assert row.site == "idc" and len(row.placements) == 2
+
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+def ray_job_submit(url: str, job_id: str, meta: dict, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run([RAY, "job", "submit", "--address", url, "--submission-id", job_id, "--metadata-json", json.dumps(meta), *args],
+                          env=env, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.parametrize("meta,says", [
+    ({"queue": "train", "tasks": "2", "gpus_per_task": "3"}, "pinned 2 tasks to ['idc/gpu-0', 'idc/gpu-1']; misplaced: []"),
+    ({"queue": "train", "tasks": "3", "gpus_per_task": "1"}, "pinned 3 tasks"),
+    ({"queue": "batch", "gpus_per_task": "2"}, "entrypoint holds 2 GPU(s) of 2"),
+])
+def test_a_job_uploaded_with_working_dir_runs_exactly_where_it_was_placed(live, ray_site, meta, says):
+    """The stock CLI uploads the working_dir to the federation, which hands it to the site; inside
+    the job, gang() pins a placement group bundle per task to its allocated node (a one-task job's
+    entrypoint is pinned itself), and the job checks that against the nodes Ray reports."""
+    job_id = f"pin-{meta['queue']}-{meta.get('tasks', '1')}"
+    r = ray_job_submit(live.url, job_id, meta, "--working-dir", str(JOBS), "--", "python", "check_pinning.py")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert says in r.stdout, r.stdout[-3000:]
+    row = live.store.get(job_id)
+    assert row.status == "SUCCEEDED"
+    if len(row.placements) == 1:  # the entrypoint is the task: the site ran its driver on the allocated node
+        import requests
+        from ray.job_submission import JobSubmissionClient
+
+        driver = JobSubmissionClient(ray_site).get_job_info(row.dispatch_id).driver_node_id
+        nodes = requests.get(f"{ray_site}/api/v0/nodes", params={"limit": 100, "detail": "true"}, timeout=30).json()["data"]["result"]["result"]
+        carries = {n["node_id"]: set(n["resources_total"]) for n in nodes}
+        assert f"federation-node/{row.placements[0]['node']}" in carries[driver]
+
+
+def test_packages_are_kept_by_the_federation_and_checked_at_submit(live):
+    import requests
+
+    assert requests.get(f"{live.url}/api/packages/gcs/_ray_pkg_nothere.zip", timeout=30).status_code == 404
+    assert requests.put(f"{live.url}/api/packages/s3/x.zip", data=b"zip", timeout=30).status_code == 400
+    assert requests.put(f"{live.url}/api/packages/gcs/_ray_pkg_abc.zip", data=b"zip", timeout=30).status_code == 200
+    assert requests.get(f"{live.url}/api/packages/gcs/_ray_pkg_abc.zip", timeout=30).status_code == 200
+    assert live.store.package("_ray_pkg_abc.zip") == b"zip"
+    body = {"entrypoint": "true", "metadata": {"queue": "batch"}, "runtime_env": {"working_dir": "gcs://_ray_pkg_missing.zip"}}
+    r = requests.post(f"{live.url}/api/jobs/", json=body, timeout=30)
+    assert r.status_code == 400 and "gcs://_ray_pkg_missing.zip was never uploaded" in r.text
 
 
 def test_the_stock_ray_job_submit_cli_works_unchanged(live):
@@ -163,7 +213,7 @@ def test_a_restarted_controller_loses_nothing_and_dispatches_nothing_twice(ray_s
     c = JobSubmissionClient(lv.url)
     job_id = c.submit_job(entrypoint="python -c \"import time; time.sleep(3); print('done once')\"", metadata={"queue": "batch"})
     wait_status(c, job_id, {"RUNNING"})
-    lv.close()
+    lv.close(stop_jobs=False)  # the controller goes away; the job goes on at the site
     again = Live(ray_site, tmp_path)  # same store file
     c2 = JobSubmissionClient(again.url)
     assert wait_status(c2, job_id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"

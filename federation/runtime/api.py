@@ -15,8 +15,9 @@ import yaml
 from aiohttp import WSMsgType, web
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from federation.errors import FederationError
-from federation.runtime.controller import BadSubmission, Controller
+from federation.errors import BadSubmission, FederationError
+from federation.runtime.controller import Controller
+from federation.runtime.packages import MAX_BYTES, package_name
 from federation.runtime.sites import TERMINAL
 
 RAY_API_VERSION = "4"  # ray.dashboard.modules.version.CURRENT_VERSION for Ray 2.60
@@ -37,8 +38,20 @@ def load_tokens(path: str | None) -> dict[str, str] | None:
 
 
 def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Application:
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BYTES)
     routes = web.RouteTableDef()
+
+    def authorized(req: web.Request) -> str | None:
+        """The queue the bearer token belongs to; None when auth is off. 401/403 otherwise."""
+        if tokens is None:
+            return None
+        auth = req.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            raise web.HTTPUnauthorized(text="Authorization: Bearer <queue token> is required (ray job submit --headers)")
+        queue = tokens.get(auth.removeprefix("Bearer ").strip())
+        if queue is None:
+            raise web.HTTPForbidden(text="this token is not known to the federation")
+        return queue
 
     def job_or_404(req: web.Request):
         row = ctl.store.get(req.match_info["job_id"])
@@ -58,19 +71,34 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
             body = await req.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return web.Response(status=400, text="the request body is not JSON")
-        if tokens is not None:
-            auth = req.headers.get("Authorization", "")
-            if not auth.startswith("Bearer "):
-                return web.Response(status=401, text="Authorization: Bearer <queue token> is required (ray job submit --headers)")
-            queue = tokens.get(auth.removeprefix("Bearer ").strip())
-            wanted = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("queue")
-            if queue is None or queue != wanted:
-                return web.Response(status=403, text=f"this token may not submit to queue {wanted!r}")
+        queue = authorized(req)
+        wanted = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("queue")
+        if tokens is not None and queue != wanted:
+            return web.Response(status=403, text=f"this token may not submit to queue {wanted!r}")
         try:
             row = await asyncio.get_running_loop().run_in_executor(None, ctl.submit, body)
         except BadSubmission as e:
             return web.Response(status=e.status, text=str(e))
         return web.json_response({"job_id": row.id, "submission_id": row.id})
+
+    @routes.get("/api/packages/{protocol}/{name}")
+    async def has_package(req: web.Request) -> web.Response:
+        try:
+            name = package_name(req.match_info["protocol"], req.match_info["name"])
+        except BadSubmission as e:
+            return web.Response(status=e.status, text=str(e))
+        return web.Response() if ctl.store.has_package(name) else web.Response(status=404, text=f"Package {name} does not exist")
+
+    @routes.put("/api/packages/{protocol}/{name}")
+    async def put_package(req: web.Request) -> web.Response:
+        authorized(req)
+        try:
+            name = package_name(req.match_info["protocol"], req.match_info["name"])
+        except BadSubmission as e:
+            return web.Response(status=e.status, text=str(e))
+        data = await req.read()
+        await asyncio.get_running_loop().run_in_executor(None, ctl.store.put_package, name, data, ctl.clock())
+        return web.Response()
 
     @routes.get("/api/jobs/")
     async def list_jobs(_: web.Request) -> web.Response:

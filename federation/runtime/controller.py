@@ -14,10 +14,12 @@ from collections.abc import Callable
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from federation.errors import FederationError, JobRejected
+from federation.errors import BadSubmission, JobRejected
 from federation.feasibility import check_job
 from federation.jobs import make_job
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
+from federation.runtime.packages import PROTOCOL, referenced
+from federation.runtime.pinning import allocation_for
 from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
 from federation.scheduler import Snapshot, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
@@ -28,14 +30,6 @@ from providers.base import Provider
 META_INT = ("tasks", "min_tasks", "gpu_milli_per_task")
 META_FLOAT = ("gpus_per_task", "cpus_per_task", "memory_gib_per_task")
 META_STR = ("queue", "mig_profile", "priority", "gpu_model", "kind")
-
-
-class BadSubmission(FederationError):
-    """A submission the API answers with 4xx; `status` is the HTTP status."""
-
-    def __init__(self, message: str, status: int = 400):
-        self.status = status
-        super().__init__(message)
 
 
 def request_from_submission(body: dict) -> dict:
@@ -69,11 +63,22 @@ def request_from_submission(body: dict) -> dict:
     return req
 
 
+def config_nodes(fed: Federation, sites: list[str]) -> tuple[Node, ...]:
+    """The fixed nodes the config lists for these sites, named `<site>/<group>-<i>` (the name
+    their Ray node carries as `federation-node/<name>`)."""
+    return tuple(
+        Node(f"{s.name}/{g.name}-{i}", s.name, g.name, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib)
+        for s in fed.sites if s.name in sites for g in s.node_groups for i in range(g.count)
+    )
+
+
 class Controller:
     #: how often each cloud site is reconciled against the ledger (also once at start-up)
     RECONCILE_S = 300.0
     #: how long a site/group that failed for capacity is skipped by the burst policy
     BLOCK_S = 600.0
+    #: how long an uploaded package is kept before a job must refer to it (Ray's client uploads, then submits)
+    PACKAGE_KEEP_S = 3600.0
 
     def __init__(self, fed: Federation, store: Store, sites: dict[str, RaySite], clock: Callable[[], float] = time.time,
                  providers: dict[str, Provider] | None = None, inventories: dict[str, Provider] | None = None,
@@ -86,10 +91,7 @@ class Controller:
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_since: dict[str, float] = {}
         self.cloud_nodes: tuple[Node, ...] = ()
-        self.config_nodes = tuple(
-            Node(f"{s.name}/{g.name}-{i}", s.name, g.name, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib)
-            for s in fed.sites if s.name in sites and s.name not in self.inventories for g in s.node_groups for i in range(g.count)
-        )
+        self.config_nodes = config_nodes(fed, [s for s in sites if s not in self.inventories])
         self.fixed_nodes = self.config_nodes
         self.last_plan = None
         self.cycle_s: list[float] = []
@@ -116,6 +118,9 @@ class Controller:
         for prov in self.providers.values():
             for action in prov.reconcile():
                 self.log(action)
+        live = {n for r in self.store.jobs({"PENDING", "ADMITTED", "RUNNING"}) for n in referenced(r.runtime_env)}
+        for name in self.store.drop_packages(live, uploaded_before=now - self.PACKAGE_KEEP_S):
+            self.log(f"dropped package {name}: no queued or running job refers to it")
 
     # ---- submissions ----
 
@@ -127,6 +132,10 @@ class Controller:
             check_job(self.fed, spec)
         except JobRejected as e:
             raise BadSubmission(f"{e.field}: {e.message}") from None
+        for name in referenced(body.get("runtime_env")):
+            if not self.store.has_package(name):
+                raise BadSubmission(f"runtime_env: package {PROTOCOL}://{name} was never uploaded here; submit again with the working_dir "
+                                    "or py_modules as local paths, and the client uploads them")
         row, _ = self.store.insert(JobRow(job_id, body["entrypoint"], body.get("metadata") or {}, body.get("runtime_env") or {}, req,
                                           submitted_s=self.clock(), message="queued in the federation"))
         return row
@@ -332,8 +341,10 @@ class Controller:
     def _dispatch(self, job_id: str) -> None:
         row = self.store.get(job_id)
         site = self.sites[row.site]
-        allocation = {"job": row.id, "site": row.site, "placements": row.placements}
+        allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s))
         try:
+            for name in referenced(row.runtime_env):
+                site.ensure_package(name, lambda n=name: self.store.package(n))
             site.submit(row.dispatch_id, row.entrypoint, row.runtime_env, allocation)
         except SiteUnavailable as e:
             self.store.update(job_id, message=f"dispatch pending: {e}")

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,9 +23,9 @@ from rich.table import Table
 from federation.errors import FederationError
 from federation.model import Federation
 from federation.runtime.api import serve
-from federation.runtime.controller import Controller
+from federation.runtime.controller import Controller, config_nodes
+from federation.runtime.localray import free_port, ray_cli, start_local_ray
 from federation.runtime.sites import TERMINAL, RaySite
-from federation.runtime.up import free_port, start_local_ray
 from federation.store import Store
 from providers.local import LocalProvider
 
@@ -58,9 +56,8 @@ def run_demo(fed: Federation, console: Console, timeout_s: float = 420.0) -> boo
     local = [s for s in fed.sites if s.kind == "local"]
     if not local:
         raise FederationError("the demo needs local sites (configs/local.yaml)")
-    gpus = sum(g.count * g.gpus_per_node for s in local for g in s.node_groups)
-    dashboard, gcs, env = start_local_ray(gpus, 4)
-    ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    dashboard, gcs, env = start_local_ray(config_nodes(fed, [s.name for s in local]))
+    ray = ray_cli()
     state = Path(tempfile.mkdtemp(prefix="fedctl-demo-")) / "state.sqlite"
     providers = {s.name: LocalProvider(s.name, gcs, dashboard, getattr(s.provider, "start_delay_s", 0.0), env) for s in local if s.is_cloud}
     ctl = Controller(fed, Store(state), {s.name: RaySite(s.name, dashboard) for s in local}, providers=providers)

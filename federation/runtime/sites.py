@@ -7,8 +7,13 @@ controller records and retries next cycle.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+
+import requests
 
 from federation.errors import FederationError
+from federation.runtime.packages import PROTOCOL
+from federation.runtime.pinning import entrypoint_options
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -38,13 +43,30 @@ class RaySite:
         env = dict(runtime_env or {})
         env["env_vars"] = {**env.get("env_vars", {}), "FEDERATION_ALLOCATION": json.dumps(allocation), "FEDERATION_JOB_ID": allocation["job"]}
         try:
-            self.client.submit_job(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=env, metadata={"federation-job": allocation["job"]})
+            self.client.submit_job(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=env, metadata={"federation-job": allocation["job"]},
+                                   **entrypoint_options(allocation))
         except RuntimeError as e:
             if "already exists" in str(e):
                 return  # dispatched before a restart: idempotent by dispatch id
             raise SiteUnavailable(f"site {self.name}: submit failed: {e}") from None
         except ConnectionError as e:
             raise SiteUnavailable(f"site {self.name}: {e}") from None
+
+    def ensure_package(self, name: str, data: Callable[[], bytes | None]) -> None:
+        """Hand an uploaded runtime_env package to the site's cluster unless it has it already
+        (Ray's own REST paths, as its job client uses them)."""
+        url = f"{self.address}/api/packages/{PROTOCOL}/{name}"
+        try:
+            if requests.get(url, timeout=30).status_code == 200:
+                return
+            body = data()
+            if body is None:
+                raise SiteUnavailable(f"site {self.name}: package {name} is not in the federation's store")
+            r = requests.put(url, data=body, timeout=300)
+        except requests.RequestException as e:
+            raise SiteUnavailable(f"site {self.name}: cannot hand it package {name}: {e}") from None
+        if r.status_code != 200:
+            raise SiteUnavailable(f"site {self.name}: package {name} upload failed ({r.status_code}): {r.text[-300:]}")
 
     def status(self, dispatch_id: str) -> str | None:
         try:

@@ -3,44 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from federation.errors import FederationError
 from federation.model import Federation
 from federation.runtime.api import load_tokens, serve
-from federation.runtime.controller import Controller
+from federation.runtime.controller import Controller, config_nodes
+from federation.runtime.localray import ray_cli, start_local_ray
 from federation.runtime.sites import RaySite
 from federation.store import RequestLedger, Store
 from providers.base import Provider
 from providers.factory import build_provider
 from providers.local import LocalProvider
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_local_ray(gpus: int, cpus: int) -> tuple[str, str, dict]:
-    """A Ray head on loopback with logical GPUs; token auth is turned off explicitly (loopback only)."""
-    ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)  # it would override --address
-    dash, gcs = free_port(), free_port()
-    r = subprocess.run([ray, "start", "--head", "--num-gpus", str(gpus), "--num-cpus", str(cpus), "--node-ip-address", "127.0.0.1",
-                        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--port", str(gcs), "--disable-usage-stats"],
-                       env=env, capture_output=True, text=True, timeout=180)
-    if r.returncode != 0:
-        raise FederationError(f"could not start a local Ray cluster: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    return f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}", env
 
 
 def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
@@ -53,9 +29,10 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
     local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
     started_env = None
     if local:
-        gpus = sum(g.count * g.gpus_per_node for s in local for g in s.node_groups)
-        address, gcs, started_env = start_local_ray(max(gpus, 1), max(2, os.cpu_count() or 2))
-        log(f"started a local Ray cluster at {address} with {gpus} logical GPUs for {', '.join(s.name for s in local)}")
+        fixed = config_nodes(fed, [s.name for s in local])
+        address, gcs, started_env = start_local_ray(fixed)
+        log(f"started a local Ray cluster at {address}: {len(fixed)} node(s), {sum(n.gpus for n in fixed)} logical GPUs, "
+            f"for {', '.join(s.name for s in local)}")
         for s in local:
             sites[s.name] = RaySite(s.name, address)
             if s.is_cloud:  # its "cloud nodes" are Ray workers started on this machine on demand
@@ -93,5 +70,5 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
         for p in [*providers.values(), *inventories.values()]:
             p.close()
         if started_env is not None:
-            ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+            ray = ray_cli()
             subprocess.run([ray, "stop"], env=started_env, capture_output=True, timeout=120)

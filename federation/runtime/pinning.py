@@ -1,0 +1,101 @@
+"""Inside a dispatched job: run the gang exactly where the controller placed it.
+
+The controller passes each job its allocation in the environment (`FEDERATION_ALLOCATION`). A
+site's Ray nodes each carry a custom resource naming them (`federation-node/<node>`: 1; the
+local provider, the Terraform modules and `fedctl up` start nodes that way), so a placement group
+bundle that asks for a sliver of that resource can only land on that node. The GPU counts come
+from the allocation too; which device indices Ray hands out within a node is Ray's business, and
+since the controller never gives a node's GPUs out twice, Ray always has them.
+
+A job with one task (and no `min_tasks`) needs none of this: its entrypoint is the task, and the
+controller submits it with the task's GPUs and CPUs and pinned to its node. A gang's entrypoint is
+a driver that holds nothing and starts its tasks in the placement group `gang()` returns:
+
+    pg = federation.runtime.gang()
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+    worker.options(scheduling_strategy=strategy).remote()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from federation.errors import FederationError
+from federation.model import JobSpec
+
+#: what a bundle asks of its node's naming resource: enough to pin it there, too little to limit
+NODE_SHARE = 0.001
+
+
+def node_resource(node: str) -> str:
+    return f"federation-node/{node}"
+
+
+def allocation_for(job_id: str, site: str, placements: list[dict], spec: JobSpec) -> dict:
+    """What the controller hands a job: where its tasks go and what each one holds."""
+    return {
+        "job": job_id, "site": site, "placements": placements,
+        "per_task": {"gpu": spec.per_task.gpu_milli / 1000, "cpu": spec.per_task.cpu_milli / 1000},
+        # a MIG slice is not a Ray GPU: such a task is pinned to its node and finds its slice in `placements`
+        "mig": spec.mig_profile is not None,
+        "entrypoint_is_task": spec.tasks == 1 and spec.min_tasks is None,
+    }
+
+
+def _task_resources(allocation: dict, node: str) -> dict:
+    per = allocation["per_task"]
+    res = {node_resource(node): NODE_SHARE}
+    if per["gpu"] and not allocation["mig"]:
+        res["GPU"] = per["gpu"]
+    if per["cpu"]:
+        res["CPU"] = per["cpu"]
+    return res
+
+
+def bundles(allocation: dict) -> list[dict]:
+    """One placement group bundle per task, pinned to the task's node."""
+    return [_task_resources(allocation, p["node"]) for p in allocation["placements"]]
+
+
+def entrypoint_options(allocation: dict) -> dict:
+    """JobSubmissionClient.submit_job arguments that make a one-task job's entrypoint the task."""
+    if not allocation["entrypoint_is_task"]:
+        return {}
+    res = _task_resources(allocation, allocation["placements"][0]["node"])
+    out: dict = {"entrypoint_resources": {k: v for k, v in res.items() if k not in ("GPU", "CPU")}}
+    if "GPU" in res:
+        out["entrypoint_num_gpus"] = res["GPU"]
+    if "CPU" in res:
+        out["entrypoint_num_cpus"] = res["CPU"]
+    return out
+
+
+def allocation() -> dict:
+    """This job's allocation, as the controller passed it."""
+    raw = os.environ.get("FEDERATION_ALLOCATION")
+    if raw is None:
+        raise FederationError("FEDERATION_ALLOCATION is not set: gang() works inside a job the federation dispatched")
+    return json.loads(raw)
+
+
+def gang(timeout_s: float = 120.0):
+    """A ready Ray placement group with one bundle per task, on exactly the allocated nodes."""
+    a = allocation()
+    if a["entrypoint_is_task"]:
+        raise FederationError(f"job {a['job']} has one task and its entrypoint already holds it; gang() is for jobs with tasks >= 2 or min_tasks")
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    if not ray.is_initialized():
+        ray.init()
+    have = ray.cluster_resources()
+    missing = sorted({node_resource(p["node"]) for p in a["placements"]} - set(have))
+    if missing:
+        raise FederationError(f"site {a['site']}: no Ray node carries {', '.join(missing)}; start each node with "
+                              f"ray start --resources '{{\"federation-node/<node name>\": 1}}' so gangs can be pinned")
+    pg = placement_group(bundles(a), strategy="PACK", name=f"federation-{a['job']}")
+    if not pg.wait(timeout_s):
+        remove_placement_group(pg)
+        raise FederationError(f"job {a['job']}: the placement group on {sorted({p['node'] for p in a['placements']})} was not ready in {timeout_s:g} s")
+    return pg
