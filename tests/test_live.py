@@ -243,11 +243,19 @@ def test_status_and_metrics_describe_the_federation(live):
 
     doc = requests.get(f"{live.url}/api/federation/status", timeout=30).json()
     assert {q["name"] for q in doc["queues"]} == {"train", "batch"} and len(doc["nodes"]) == 2
+    from ray.job_submission import JobSubmissionClient
+
+    c = JobSubmissionClient(live.url)
+    job = c.submit_job(entrypoint="python -c \"import time; time.sleep(30)\"", metadata={"queue": "batch", "gpus_per_task": "2"})
+    wait_status(c, job, {"RUNNING"})
     text = requests.get(f"{live.url}/metrics", timeout=30).text
-    assert "federation_queue_gpu_usage" in text and "federation_cycle_seconds" in text
+    assert 'federation_admissions_total{site="idc"} 1.0' in text, text
+    assert 'federation_queue_gpu_usage{queue="batch"} 2.0' in text and 'federation_queue_gpu_usage{queue="train"} 0.0' in text
+    assert "federation_cycle_seconds" in text and "federation_cloud_spend_usd_month 0.0" in text
 
 
 def test_a_reclaim_really_stops_the_borrowing_ray_job_and_requeues_it(live, ray_site):
+    import requests
     from ray.job_submission import JobSubmissionClient
 
     c = JobSubmissionClient(live.url)
@@ -259,6 +267,7 @@ def test_a_reclaim_really_stops_the_borrowing_ray_job_and_requeues_it(live, ray_
     assert wait_status(c, mine, {"SUCCEEDED", "FAILED"}, timeout=120) == "SUCCEEDED"
     victims = [b for b in borrowers if live.store.get(b).attempt == 1]
     assert len(victims) == 1
+    assert 'federation_preemptions_total{reason="Reclaim"} 1.0' in requests.get(f"{live.url}/metrics", timeout=30).text
     site = JobSubmissionClient(ray_site)
     assert wait_status(site, f"{victims[0]}-0", {"STOPPED"}, timeout=60) == "STOPPED"  # the site's Ray job, first attempt
     for b in borrowers:

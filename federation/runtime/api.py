@@ -13,10 +13,11 @@ from pathlib import Path
 
 import yaml
 from aiohttp import WSMsgType, web
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from federation.errors import BadSubmission, FederationError
 from federation.runtime.controller import Controller
+from federation.runtime.metrics import FederationCollector
 from federation.runtime.packages import MAX_BYTES, package_name
 from federation.runtime.sites import TERMINAL
 
@@ -164,18 +165,7 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
     @routes.get("/metrics")
     async def metrics(_: web.Request) -> web.Response:
         reg = CollectorRegistry()
-        usage = Gauge("federation_queue_gpu_usage", "GPUs used by each queue's running jobs", ["queue"], registry=reg)
-        pending = Gauge("federation_pending_jobs", "Pending jobs by reason", ["reason"], registry=reg)
-        cycle = Gauge("federation_cycle_seconds", "Duration of the last scheduling cycle", registry=reg)
-        doc = ctl.status()
-        for q in doc["queues"]:
-            usage.labels(q["name"]).set(q["usage_gpu"])
-        counts: dict[str, int] = {}
-        for p in doc["pending"]:
-            counts[p["reason"] or "New"] = counts.get(p["reason"] or "New", 0) + 1
-        for reason, n in counts.items():
-            pending.labels(reason).set(n)
-        cycle.set(ctl.cycle_s[-1] if ctl.cycle_s else 0.0)
+        reg.register(FederationCollector(ctl))
         return web.Response(body=generate_latest(reg), content_type="text/plain")
 
     app.add_routes(routes)

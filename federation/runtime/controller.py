@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -95,6 +96,9 @@ class Controller:
         self.fixed_nodes = self.config_nodes
         self.last_plan = None
         self.cycle_s: list[float] = []
+        # since this controller started, for /metrics counters (Prometheus handles the resets)
+        self.admissions: Counter[str] = Counter()  # by site
+        self.preemptions: Counter[str] = Counter()  # by reason
         self.reconciled_s: float | None = None
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.fresh: set[str] = set()  # sites listed successfully this cycle
@@ -188,10 +192,12 @@ class Controller:
             # durable before acting: the decision and the dispatch id are stored first
             self.store.update(a.job_id, status="ADMITTED", site=a.site, placements=placements, dispatch_id=dispatch_id, started_s=now, reason=None,
                               message=f"admitted to {a.site}")
+            self.admissions[a.site] += 1
             self._dispatch(a.job_id)
         grace = self.fed.policies.preemption.grace_s
         for p in plan.preemptions:
             self.store.update(p.job_id, stop_at_s=now + grace, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
+            self.preemptions[p.reason] += 1
         for job_id, reason in plan.pending.items():
             self.store.update(job_id, reason=reason.code, message=f"{reason.code}: {reason.message}")
         if self.providers:
