@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -22,15 +23,17 @@ from providers.base import CloudProvider, Instance, machine_name
 from providers.errors import AUTH, CAPACITY, INVALID, QUOTA, TRANSIENT, ProviderFailure
 
 TFVARS = "federation.auto.tfvars.json"
-#: words in Terraform's error output -> the failure kind (the cloud's own error codes pass through)
-MARKERS = [(CAPACITY, ("InsufficientInstanceCapacity", "ZONE_RESOURCE_POOL_EXHAUSTED", "SpotMaxPriceTooLow", "InsufficientCapacity")),
-           (QUOTA, ("InstanceLimitExceeded", "VcpuLimitExceeded", "QUOTA_EXCEEDED", "MaxSpotInstanceCountExceeded")),
-           (AUTH, ("AuthFailure", "UnauthorizedOperation", "no valid credential", "InvalidClientTokenId", "403")),
-           (TRANSIENT, ("RequestLimitExceeded", "Throttling", "timeout", "connection refused", "500", "503"))]
+#: patterns in Terraform's error output -> the failure kind (the cloud's own error codes pass
+#: through). Whole words only, and HTTP statuses only as the SDK prints them: the output also
+#: holds endpoints, ports and request ids, whose digits must not read as a status.
+MARKERS = [(CAPACITY, r"InsufficientInstanceCapacity|ZONE_RESOURCE_POOL_EXHAUSTED|SpotMaxPriceTooLow|InsufficientCapacity"),
+           (QUOTA, r"InstanceLimitExceeded|VcpuLimitExceeded|QUOTA_EXCEEDED|MaxSpotInstanceCountExceeded"),
+           (AUTH, r"AuthFailure|UnauthorizedOperation|no valid credential|InvalidClientTokenId|StatusCode: 403"),
+           (TRANSIENT, r"RequestLimitExceeded|Throttling|timeout|connection refused|StatusCode: 5\d\d")]
 
 
 def classify(output: str) -> str:
-    return next((kind for kind, words in MARKERS if any(w in output for w in words)), INVALID)
+    return next((kind for kind, pattern in MARKERS if re.search(rf"\b(?:{pattern})\b", output)), INVALID)
 
 
 class TerraformProvider(CloudProvider):

@@ -120,17 +120,23 @@ def test_a_restart_mid_scale_up_resumes_the_request_without_a_second_launch(clou
     assert ctl2.store.get("big").site == "aws"
 
 
-def test_capacity_that_is_not_ready_in_time_is_released_and_the_option_blocked(cloud):
-    controller, clock, proxy, instances = cloud
-    # the instances never get past booting, as the proxy shows them
-    proxy.rewrites.append((lambda body: "Action=DescribeInstances" in body,
-                           lambda xml: xml.replace(b"<name>running</name>", b"<name>pending</name>")))
+def requested_on_cloud(controller, clock):
+    """A controller whose gang "big" did not fit the IDC and made the burst request (delivered once the provider is done)."""
     ctl, prov = controller()
     submit_gang(ctl, "big")
     ctl.tick()
     clock[0] += 61
     ctl.tick()
     prov.wait(60)
+    return ctl, prov
+
+
+def test_capacity_that_is_not_ready_in_time_is_released_and_the_option_blocked(cloud):
+    controller, clock, proxy, instances = cloud
+    # the instances never get past booting, as the proxy shows them
+    proxy.rewrites.append((lambda body: "Action=DescribeInstances" in body,
+                           lambda xml: xml.replace(b"<name>running</name>", b"<name>pending</name>")))
+    ctl, prov = requested_on_cloud(controller, clock)
     assert len(instances()) == 2 and ctl.cloud_nodes == ()
     clock[0] += 601
     ctl.tick()
@@ -142,12 +148,7 @@ def test_capacity_that_is_not_ready_in_time_is_released_and_the_option_blocked(c
 
 def test_reconcile_at_start_terminates_instances_unknown_to_the_journal(cloud, tmp_path):
     controller, clock, _, instances = cloud
-    ctl, prov = controller()
-    submit_gang(ctl, "big")
-    ctl.tick()
-    clock[0] += 61
-    ctl.tick()
-    prov.wait(60)
+    ctl, prov = requested_on_cloud(controller, clock)
     assert len(instances()) == 2
     prov.close()
     (tmp_path / "state.db").unlink()  # the journal is lost
@@ -159,12 +160,7 @@ def test_reconcile_at_start_terminates_instances_unknown_to_the_journal(cloud, t
 
 
 def admitted_on_cloud(controller, clock):
-    ctl, prov = controller()
-    submit_gang(ctl, "big")
-    ctl.tick()
-    clock[0] += 61
-    ctl.tick()
-    prov.wait(60)
+    ctl, prov = requested_on_cloud(controller, clock)
     clock[0] += 300
     ctl.tick()
     assert ctl.store.get("big").site == "aws"

@@ -188,6 +188,7 @@ def test_a_job_over_quota_waits_with_its_reason_and_runs_when_quota_frees(live):
     ({"entrypoint": "true", "metadata": {"queue": "train", "tasks": "3", "gpus_per_task": "8"}}, "gpus_per_task"),
     ({"entrypoint": "true", "metadata": {}}, "metadata.queue"),
     ({"metadata": {"queue": "train"}}, "entrypoint"),
+    ({"entrypoint": "true", "metadata": {"queue": "train"}, "runtime_env": ["pip"]}, "runtime_env: must be a JSON object"),
 ])
 def test_a_bad_submission_gets_a_4xx_naming_the_problem(live, body, words):
     import requests

@@ -54,3 +54,11 @@ def test_gang_outside_a_dispatched_job_or_for_one_task_says_why(monkeypatch):
     monkeypatch.setenv("FEDERATION_ALLOCATION", json.dumps(alloc(gpus_per_task=1)))
     with pytest.raises(FederationError, match="has one task"):
         fr.gang()
+
+
+def test_only_uploaded_packages_are_referenced_and_odd_runtime_envs_are_not_an_error():
+    from federation.runtime.packages import referenced
+
+    env = {"working_dir": "gcs://_ray_pkg_a.zip", "py_modules": ["gcs://_ray_pkg_b.zip", "s3://bucket/m.zip", "/local/path"]}
+    assert referenced(env) == ["_ray_pkg_a.zip", "_ray_pkg_b.zip"]
+    assert referenced("not a dict") == [] and referenced({"py_modules": "gcs://x.zip"}) == []

@@ -131,3 +131,15 @@ def test_a_failed_apply_is_classified_and_leaves_no_machine(tf_env, moto_server,
     finally:
         p.close()
         proxy.close()
+
+
+@pytest.mark.parametrize("output,kind", [
+    ("api error InvalidParameterValue: bad instance type, RequestID: 5003, endpoint http://127.0.0.1:45003/", "InvalidRequest"),
+    ("https response error StatusCode: 503, RequestID: x", "Transient"),
+    ("api error InsufficientInstanceCapacity: none left", "Capacity"),
+    ("https response error StatusCode: 403, api error UnauthorizedOperation", "Auth"),
+])
+def test_terraform_errors_are_classified_by_the_cloud_code_not_by_stray_digits(output, kind):
+    from providers.terraform import classify
+
+    assert classify(output) == kind

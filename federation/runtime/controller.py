@@ -40,6 +40,8 @@ def request_from_submission(body: dict) -> dict:
     meta = body.get("metadata") or {}
     if not isinstance(meta, dict):
         raise BadSubmission("metadata: must be a JSON object of strings")
+    if not isinstance(body.get("runtime_env") or {}, dict):
+        raise BadSubmission("runtime_env: must be a JSON object (as Ray's runtime_env)")
     req: dict = {}
     for key, value in meta.items():
         try:

@@ -25,7 +25,8 @@ def package_name(protocol: str, name: str) -> str:
 
 def referenced(runtime_env: dict | None) -> list[str]:
     """Names of the uploaded packages a runtime_env refers to (working_dir and py_modules)."""
-    env = runtime_env or {}
-    uris = [env.get("working_dir")] + list(env.get("py_modules") or [])
+    env = runtime_env if isinstance(runtime_env, dict) else {}
+    modules = env.get("py_modules")
+    uris = [env.get("working_dir"), *(modules if isinstance(modules, list) else [])]
     prefix = f"{PROTOCOL}://"
     return [u.removeprefix(prefix) for u in uris if isinstance(u, str) and u.startswith(prefix)]
