@@ -119,13 +119,16 @@ def trace_generate(
     inference_queue: Annotated[str, typer.Option("--inference-queue")] = "online",
     training_queue: Annotated[str, typer.Option("--training-queue")] = "research-nlp",
     batch_queue: Annotated[str, typer.Option("--batch-queue")] = "batch",
+    inference_mig: Annotated[str | None, typer.Option("--inference-mig", help="Run inference on MIG instances of this profile, e.g. 1g.10gb.")] = None,
+    max_gang_nodes: Annotated[int, typer.Option("--max-gang-nodes", min=1, help="The most whole nodes a training gang spans.")] = 8,
 ) -> None:
     """Write a synthetic trace: a diurnal tide of inference by day, training and batch by night."""
     from federation.simulation.traces import generate
 
     if pattern not in ("tidal", "uniform"):
         raise FederationError(f"--pattern: {pattern!r} is not tidal or uniform")
-    records = generate({"inference": inference_queue, "training": training_queue, "batch": batch_queue}, jobs=jobs, days=days, seed=seed, pattern=pattern)
+    records = generate({"inference": inference_queue, "training": training_queue, "batch": batch_queue}, jobs=jobs, days=days, seed=seed, pattern=pattern,
+                       inference_mig=inference_mig, max_gang_nodes=max_gang_nodes)
     out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     err.print(f"wrote {len(records)} jobs to {out}")
 

@@ -22,9 +22,9 @@ class NodeState:
 
     def __init__(self, node: Node):
         self.node = node
-        mig_gpus = {gpu for gpu, _, _ in _mig_instances(node)}
-        # A GPU in MIG mode is used only through its instances.
-        self.gpu_free = [0 if i in mig_gpus else GPU for i in range(node.gpus)]
+        closed = {gpu for gpu, _, _ in _mig_instances(node)} | set(node.reconfiguring)
+        # A GPU in MIG mode is used only through its instances; one being re-sliced not at all.
+        self.gpu_free = [0 if i in closed else GPU for i in range(node.gpus)]
         self.cpu_free = node.cpu_milli
         self.mem_free = node.memory_mib
         self.mig_free: dict[tuple[int, str, int], None] = dict.fromkeys(_mig_instances(node))  # ordered set
@@ -66,6 +66,15 @@ class ClusterState:
         """Drop a node; whatever ran on it must have been released first."""
         st = self.nodes.pop(name)
         self._unindex(st)
+
+    def replace_node(self, node: Node, running: Iterable[RunningJob]) -> None:
+        """Swap in a changed node (cordoned, re-sliced) and take back what `running` holds on it."""
+        self.remove_node(node.name)
+        self.add_node(node)
+        for r in running:
+            mine = [p for p in r.placements if p.node == node.name]
+            if mine:
+                self.apply(r.spec, mine)
 
     def _intern(self, key: tuple) -> int:
         i = self._ids.get(key)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from federation.cluster import GPU
+from federation.cluster import GPU, NodeState, tasks_that_fit
 from federation.errors import JobRejected
 from federation.mig.catalog import CATALOG as MIG_CATALOG
-from federation.model import Federation, JobSpec, NodeGroup, Resources
+from federation.model import Federation, JobSpec, Node, NodeGroup, Resources
 
 
 def group_fits(g: NodeGroup, per_task: Resources, gpu_models: tuple[str, ...], mig_profile: str | None) -> bool:
@@ -36,6 +36,22 @@ def feasible_sites(fed: Federation, job: JobSpec) -> frozenset[str]:
     return _feasible(fed, job.per_task, job.gpu_models, job.mig_profile)
 
 
+def tasks_per_node(g: NodeGroup, job: JobSpec) -> int:
+    """Tasks of `job` an empty node of the group holds (MIG GPUs counted as sliced for its profile)."""
+    r = g.node_resources
+    layout = ()
+    if job.mig_profile is not None and group_fits(g, job.per_task, job.gpu_models, job.mig_profile):
+        prof = MIG_CATALOG[g.gpu_model].profiles[job.mig_profile]
+        layout = tuple((gpu, prof.name, s) for gpu in range(g.gpus_per_node) for s in prof.starts[:prof.max_count])
+    empty = NodeState(Node("probe", g.site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib, mig_layout=layout))
+    return tasks_that_fit(job, empty, job.tasks)
+
+
+def most_tasks_at_a_site(fed: Federation, job: JobSpec, sites: frozenset[str] | set[str]) -> int:
+    """The most tasks of `job` one site could hold at once, every node empty (cloud groups at max_nodes)."""
+    return max((sum((g.count + g.max_nodes) * tasks_per_node(g, job) for g in s.node_groups) for s in fed.sites if s.name in sites), default=0)
+
+
 def check_job(fed: Federation, job: JobSpec) -> None:
     """Raise JobRejected, naming the field, for a job that could never run in this federation."""
     queues = {q.name: q for q in fed.queues}
@@ -61,6 +77,9 @@ def check_job(fed: Federation, job: JobSpec) -> None:
     if not sites:
         what = f"MIG profile {job.mig_profile}" if job.mig_profile else f"one task ({job.per_task})"
         raise JobRejected(job.id, "mig_profile" if job.mig_profile else "gpus_per_task", f"no node at the sites of queue {job.queue!r} can ever hold {what}")
+    most = most_tasks_at_a_site(fed, job, sites)
+    if most < (job.min_tasks or job.tasks):
+        raise JobRejected(job.id, "tasks", f"a gang runs on one site, and no site of queue {job.queue!r} can hold more than {most} of its {job.min_tasks or job.tasks} tasks at once")
     need = job.request(job.min_tasks or job.tasks)
     if not need.fits_in(q.capability):
         raise JobRejected(job.id, "tasks", f"the gang needs {need}, above queue {job.queue!r}'s capability {q.capability}")

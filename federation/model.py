@@ -207,8 +207,10 @@ class Node:
     cpu_milli: int
     memory_mib: int
     rack: str = "rack-0"
-    schedulable: bool = True  # False while cordoned (draining, MIG reconfiguration)
-    mig_layout: tuple[tuple[str, int], ...] = ()  # (profile, start) per instance when MIG is on
+    schedulable: bool = True  # False while cordoned (draining for a MIG reconfiguration)
+    # (gpu index, profile, start slice) per MIG instance; a GPU without instances is used whole
+    mig_layout: tuple[tuple[int, str, int], ...] = ()
+    reconfiguring: tuple[int, ...] = ()  # GPUs being re-sliced: only the busy instances they keep are usable
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,7 @@ class MigPolicy(Strict):
     layouts: dict[str, dict[str, Annotated[int, Field(ge=1, le=7)]]] = {}  # at most 7 instances fit a GPU
     warm_pool: dict[str, dict[str, NonNegInt]] = {}
     reconfigure_drain_s: NonNegativeFloat = 300.0
+    reconfigure_s: NonNegativeFloat = 60.0  # how long applying a GPU's layout takes (the simulator's delay)
 
 
 class PoliciesSection(Strict):

@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from federation.cluster import NodeState, tasks_that_fit
-from federation.feasibility import group_fits
-from federation.model import CapacityRequest, Federation, JobSpec, Node, NodeGroup, Resources
+from federation.feasibility import group_fits, tasks_per_node
+from federation.model import CapacityRequest, Federation, JobSpec, NodeGroup, Resources
 
 EPS_S = 1e-6  # timers fire at `since + wait`, which float addition may land a hair short of
 
@@ -77,12 +76,6 @@ class BurstDecision:
 
 def _group(fed: Federation, site: str, group: str) -> NodeGroup:
     return fed.site(site).node_group(group)
-
-
-def tasks_per_node(g: NodeGroup, job: JobSpec) -> int:
-    r = g.node_resources
-    empty = NodeState(Node("probe", g.site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib))
-    return tasks_that_fit(job, empty, job.tasks)
 
 
 def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:

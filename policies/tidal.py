@@ -87,3 +87,12 @@ def next_transition(fed: Federation, local: datetime, horizon_h: int = 8 * 24) -
         if {p.name for p in active_policies(fed, t)} != now:
             return t
     return None
+
+
+def effective_mig(fed: Federation, local: datetime) -> dict[str, dict[str, schema.MigTarget]]:
+    """Site -> node group -> the MIG target of the active windows (later-listed wins per group)."""
+    out: dict[str, dict[str, schema.MigTarget]] = {}
+    for t in active_policies(fed, local):
+        for site, groups in t.mig.items():
+            out.setdefault(site, {}).update(groups)
+    return out

@@ -28,7 +28,7 @@ CLEAN = [node("n0"), node("n1"), submit("a", tasks=2), admit("a", [{"node": "n0"
 
 
 def test_a_clean_stream_has_no_violations():
-    assert check(CLEAN, FED) == {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0}
+    assert check(CLEAN, FED) == {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0, "mig_violations": 0}
 
 
 def test_a_partial_gang_start_is_caught():
@@ -74,3 +74,54 @@ def test_a_released_gpu_can_be_used_again():
     events = [node("n0"), submit("a"), submit("b"), admit("a", [{"node": "n0", "gpus": [0]}]), {"t": 1.0, "type": "finish", "job": "a"},
               admit("b", [{"node": "n0", "gpus": [0]}], t=1.0)]
     assert check(events, FED)["overcommitted_nodes"] == 0
+
+
+def mig_job(j, t=0.0):
+    return {**submit(j, t=t, gpu_milli=143), "mig_profile": "1g.10gb"}
+
+
+def reslice(n, gpu, layout, t=0.0):
+    return {"t": t, "type": "mig_reconfigure", "site": "idc", "node": n, "gpu": gpu, "layout": [{"profile": p, "start": s} for p, s in layout]}
+
+
+def ready(n, gpu, t=1.0):
+    return {"t": t, "type": "mig_ready", "site": "idc", "node": n, "gpu": gpu}
+
+
+def on_instance(j, n, gpu, start, t=2.0):
+    return admit(j, [{"node": n, "gpus": [gpu], "mig": {"gpu": gpu, "profile": "1g.10gb", "start": start}}], t=t)
+
+
+SLICED = [node("n0"), reslice("n0", 0, [("1g.10gb", 0), ("1g.10gb", 1)]), ready("n0", 0), mig_job("m")]
+
+
+def test_a_clean_mig_stream_has_no_violations():
+    events = [*SLICED, on_instance("m", "n0", 0, 1), {"t": 3.0, "type": "finish", "job": "m"},
+              reslice("n0", 0, [], t=4.0), ready("n0", 0, t=5.0), submit("w", t=5.0), admit("w", [{"node": "n0", "gpus": [0]}], t=6.0)]
+    assert check(events, FED)["mig_violations"] == 0
+
+
+def test_a_task_on_an_instance_that_does_not_exist_is_caught():
+    assert check([*SLICED, on_instance("m", "n0", 0, 3)], FED)["mig_violations"] == 1
+
+
+def test_a_task_on_an_instance_still_being_created_is_caught():
+    events = [node("n0"), reslice("n0", 0, [("1g.10gb", 0)]), mig_job("m"), on_instance("m", "n0", 0, 0, t=0.5)]
+    assert check(events, FED)["mig_violations"] == 1
+
+
+def test_destroying_a_busy_instance_is_caught():
+    events = [*SLICED, on_instance("m", "n0", 0, 1), reslice("n0", 0, [("1g.10gb", 0)], t=3.0)]
+    assert check(events, FED)["mig_violations"] == 1
+
+
+def test_an_invalid_layout_is_caught():
+    events = [node("n0"), reslice("n0", 0, [("3g.40gb", 0), ("4g.40gb", 0)])]  # they overlap
+    assert check(events, FED)["mig_violations"] == 1
+
+
+def test_slicing_a_gpu_in_use_whole_or_using_a_sliced_gpu_whole_is_caught():
+    whole_then_sliced = [node("n0"), submit("w"), admit("w", [{"node": "n0", "gpus": [0]}]), reslice("n0", 0, [("1g.10gb", 0)], t=1.0)]
+    assert check(whole_then_sliced, FED)["mig_violations"] == 1
+    sliced_then_whole = [*SLICED, submit("w", t=1.0), admit("w", [{"node": "n0", "gpus": [0]}], t=2.0)]
+    assert check(sliced_then_whole, FED)["mig_violations"] == 1

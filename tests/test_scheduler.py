@@ -274,3 +274,10 @@ def test_jobs_that_can_never_run_are_rejected_at_submit(what, j, field):
     with pytest.raises(JobRejected) as e:
         check_job(f, j)
     assert e.value.field == field
+
+
+def test_a_gang_larger_than_any_site_is_rejected_at_submit():
+    f = fed([q("a", deserved=64)], [site("idc", count=4), site("cloud", count=0, max_nodes=2, kind="aws")])
+    check_job(f, job("fits", "a", tasks=4, gpus=8))
+    with pytest.raises(JobRejected, match="can hold more than 4 of its 5 tasks"):
+        check_job(f, job("x", "a", tasks=5, gpus=8))

@@ -48,7 +48,7 @@ def write_trace(tmp_path, records) -> Path:
     return p
 
 
-GEN = generate({"inference": "online", "training": "train", "batch": "train"}, jobs=120, days=0.5, seed=3, gpus_per_node=8)
+GEN = generate({"inference": "online", "training": "train", "batch": "train"}, jobs=120, days=0.5, seed=3, gpus_per_node=8, max_gang_nodes=4)
 
 
 def test_the_same_inputs_and_seed_give_byte_identical_events(tmp_path, small):
@@ -70,7 +70,7 @@ def test_report_json_has_every_contract_figure(tmp_path, small):
         assert {"gpu_hours", "cloud_gpu_hours", "cost_usd", "preempted"} <= set(pq)
     assert {"idc", "cloud", "overall"} <= set(on_disk["gpu_utilization"]) or {"idc", "overall"} <= set(on_disk["gpu_utilization"])
     assert {"gpu_hours", "cost_usd", "peak_nodes", "scale_ups", "scale_downs", "nodes_at_end"} <= set(on_disk["cloud"])
-    assert set(on_disk["invariants"]) == {"partial_gang_starts", "capability_violations", "guarantee_violations_s", "overcommitted_nodes"}
+    assert set(on_disk["invariants"]) == {"partial_gang_starts", "capability_violations", "guarantee_violations_s", "overcommitted_nodes", "mig_violations"}
     assert on_disk["wall_s"] > 0
     html = (tmp_path / "out" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4
@@ -189,12 +189,12 @@ def test_every_pending_job_gets_a_reason_in_every_cycle(small, monkeypatch):
         return plan
 
     monkeypatch.setattr(engine, "schedule", checked)
-    many = generate({"inference": "online", "training": "train", "batch": "train"}, jobs=300, days=0.25, seed=11)
+    many = generate({"inference": "online", "training": "train", "batch": "train"}, jobs=300, days=0.25, seed=11, max_gang_nodes=4)
     trace = Trace([TraceJob(job(r["id"], r["queue"], tasks=r["tasks"], gpus=r.get("gpus_per_task", r.get("gpu_milli_per_task", 0) / 1000),
                                 submit=r["submit_s"]), r["duration_s"]) for r in many])
     report, _ = simulate(small, trace, None, SimOptions(seed=5), html=False)
     assert max(seen) > 5  # the workload really queued
-    assert report["invariants"] == {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0}
+    assert report["invariants"] == {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0, "mig_violations": 0}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -211,7 +211,7 @@ def test_seeded_random_workloads_keep_every_invariant(small, seed):
                          submit=rng.uniform(0, 20000), duration_s=rng.uniform(100, 4000),
                          priority=1000 if q == "online" and rng.random() < 0.3 else 100, preemptible=q == "train" or rng.random() < 0.5))
     report, res = simulate(small, trace_of(small, *recs), None, SimOptions(seed=seed), html=False)
-    assert report["invariants"] == {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0}
+    assert report["invariants"] == {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0, "mig_violations": 0}
     assert report["jobs"]["completed"] == 150
 
 

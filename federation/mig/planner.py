@@ -94,9 +94,11 @@ class PlanError(ValueError):
     pass
 
 
-def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[dict]] | None = None, weights: dict[str, float] | None = None) -> PlanResult:
+def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[dict]] | None = None,
+         weights: dict[str, float] | None = None, locked: frozenset[int] = frozenset()) -> PlanResult:
     """Target layouts for `gpus` GPUs of `gpu_model`. `current` is one list of
-    {"profile", "start", "busy"?} per GPU (missing GPUs are unpartitioned)."""
+    {"profile", "start", "busy"?} per GPU (missing GPUs are unpartitioned). GPUs in `locked`
+    (whole-GPU work on them, a reconfiguration under way) keep their layout."""
     if gpu_model not in CATALOG:
         raise PlanError(f"{gpu_model!r} has no MIG profiles; MIG models are {sorted(CATALOG)}")
     t = table(gpu_model)
@@ -134,6 +136,8 @@ def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[d
     for g in order:
         if not (remaining > 0).any():
             break
+        if g in locked:
+            continue
         base = remaining + t.counts[chosen[g]]  # the need if this GPU held nothing
         ok = (t.masks & busy_masks[g]) == busy_masks[g]
         value = np.minimum(t.counts, np.maximum(base, 0)).dot(w)

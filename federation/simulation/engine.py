@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from federation.cluster import ClusterState
+from federation.mig.manager import CAPACITY_REASONS, MigManager, with_layout
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob
 from federation.quota import QuotaTree
 from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
@@ -64,6 +65,7 @@ class SimResult:
     queues: tuple[str, ...]
     sites: dict[str, bool]  # site -> is cloud
     reasons: dict[str, int] = field(default_factory=dict)
+    mig: dict = field(default_factory=dict)
 
 
 class Simulator:
@@ -102,6 +104,12 @@ class Simulator:
         # last cycle would fail the same way (nothing was freed), so only the new ones are looked at.
         self.dirty = True
         self.new_pending: set[str] = set()
+        self.finished = 0
+        self.last_progress_s = 0.0  # the last start or finish
+        self.mig = {s.name: m for s in fed.sites if (m := MigManager(fed, s.name)).active}
+        self.mig_stats = {"reconfigurations": 0, "drains": 0, "drain_gpu_s": 0.0, "warm_starts": 0, "cold_starts": 0}
+        self.instance_ready: dict[tuple[str, int, str, int], float] = {}  # (node, gpu, profile, start) -> since
+        self.drain_since: dict[str, float] = {}
 
     # ---- plumbing ----
 
@@ -138,6 +146,7 @@ class Simulator:
                 getattr(self, f"_on_{kind}")(t, *payload)
                 self.dirty |= kind != "arrive"
             self._cycle(t)
+            self._mig_step(t)
             if self.opt.progress:
                 done = sum(1 for r in self.jobs.values() if r.finish_s is not None)
                 self.opt.progress(t, done, total)
@@ -145,7 +154,8 @@ class Simulator:
         self._sample_until(t + self.sample_every)
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
-                         tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons)
+                         tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons,
+                         {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3)} if self.mig else {})
 
     # ---- event handlers ----
 
@@ -166,6 +176,8 @@ class Simulator:
         self._release(t, job_id)
         rec.finish_s = t
         rec.remaining_s = 0.0
+        self.finished += 1
+        self.last_progress_s = t
         self.emit(t, "finish", job=job_id)
 
     def _on_stop(self, t: float, job_id: str, attempt: int, reason: str) -> None:
@@ -231,8 +243,10 @@ class Simulator:
         self._node_down(t, node)
 
     def _on_timer(self, t: float, what: str) -> None:
-        # windows recur forever: keep following them only while there is work left
-        if what == "window" and (self.heap or self.pending or self.running or self.in_flight):
+        # Windows recur forever: follow them while work can still move, which a window's quota
+        # may allow for a week after the last other event (then what is left waits for good).
+        if what == "window" and self.finished < len(self.jobs) and (
+                self.running or self.in_flight or any(k != "timer" for _, _, k, _ in self.heap) or t - self.last_progress_s < 8 * 86400):
             self._push_window_timer(t)
 
     def _push_window_timer(self, t: float) -> None:
@@ -283,8 +297,13 @@ class Simulator:
 
     def _start(self, t: float, a) -> None:
         spec = self.pending.pop(a.job_id)
-        self.pending_since.pop(a.job_id, None)
+        waited_from = self.pending_since.pop(a.job_id, t)
+        if spec.mig_profile is not None and self.mig:
+            # warm: every instance it got was ready before it began to wait
+            warm = all(self.instance_ready.get((p.node, *p.mig), 0.0) <= waited_from for p in a.placements if p.mig)
+            self.mig_stats["warm_starts" if warm else "cold_starts"] += 1
         rec = self.jobs[a.job_id]
+        self.last_progress_s = t
         run = RunningJob(spec, a.site, a.placements, t)
         self.running[a.job_id] = run
         rec.first_start_s = t if rec.first_start_s is None else rec.first_start_s
@@ -298,6 +317,50 @@ class Simulator:
         # an elastic gang that started smaller runs proportionally longer
         scale = spec.tasks / len(a.placements)
         self.push(t + rec.remaining_s * scale, "finish", a.job_id, rec.attempt)
+
+    # ---- MIG ----
+
+    def _mig_step(self, t: float) -> None:
+        if not self.mig:
+            return
+        local = self.local(t)
+        waiting = [spec for j, spec in self.pending.items() if self.jobs[j].last_reason in CAPACITY_REASONS]
+        for site, manager in self.mig.items():
+            nodes = [n for n in self.nodes.values() if n.site == site]
+            running = [r for r in self.running.values() if r.site == site]
+            d = manager.decide(t, local, nodes, running, waiting)
+            for r in d.reconfigure:
+                self._replace_node(with_layout(self.nodes[r.node], r.gpu, r.kept, reconfiguring=True))
+                self.mig_stats["reconfigurations"] += 1
+                self.emit(t, "mig_reconfigure", site=site, node=r.node, gpu=r.gpu, layout=[{"profile": p, "start": s} for p, s in r.layout])
+                self.push(t + self.fed.policies.mig.reconfigure_s, "mig_ready", r.node, r.gpu, r.layout)
+            for name in d.cordon:
+                self._replace_node(replace(self.nodes[name], schedulable=False))
+                self.drain_since[name] = t
+                self.mig_stats["drains"] += 1
+                self.emit(t, "mig_drain", site=site, node=name)
+                self.push(t + self.fed.policies.mig.reconfigure_drain_s, "timer", "mig")
+            for name in d.uncordon:
+                node = self.nodes[name]
+                self._replace_node(replace(node, schedulable=True))
+                self.mig_stats["drain_gpu_s"] += (t - self.drain_since.pop(name)) * node.gpus
+                self.emit(t, "mig_drain_end", site=site, node=name)
+
+    def _on_mig_ready(self, t: float, name: str, gpu: int, layout) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            return
+        before = {(g, p, s) for g, p, s in node.mig_layout if g == gpu}
+        self._replace_node(with_layout(node, gpu, layout, reconfiguring=False))
+        for p, s in layout:
+            if (gpu, p, s) not in before:
+                self.instance_ready[(name, gpu, p, s)] = t
+        self.emit(t, "mig_ready", site=node.site, node=name, gpu=gpu)
+
+    def _replace_node(self, node: Node) -> None:
+        self.nodes[node.name] = node
+        self.state.cluster.replace_node(node, [self.running[j] for j in self.node_jobs.get(node.name, ())])
+        self.dirty = True
 
     # ---- the cycle ----
 

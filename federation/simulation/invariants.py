@@ -10,6 +10,9 @@ rules from the config (with tidal windows applied at each event's time).
   were ever handed out beyond what `node_up` said the node has.
 - capability_violations: admissions after which a queue (descendants included) used more GPU,
   CPU or memory than its capability.
+- mig_violations: MIG layouts that break the catalog's rules, reconfigurations that destroy or
+  move an instance in use (or re-slice a GPU used whole), and tasks placed on an instance that
+  does not exist (or is still being created), or on a whole GPU that is sliced or being re-sliced.
 - guarantee_violations_s: for each pending job, the seconds it waited while it fit inside the
   unused guarantee of its queue (or an ancestor's), beyond the preemption grace period; summed.
 """
@@ -20,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
+from federation.mig.catalog import CATALOG, Instance, layout_problems
 from federation.model import Federation, Queue, Resources
 from policies.tidal import effective_queues
 
@@ -45,7 +49,10 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
     held: dict[str, list[dict]] = {}  # job -> its placements while it runs
     usage: dict[str, Resources] = defaultdict(Resources)
     pending: dict[str, set[str]] = defaultdict(set)  # leaf queue -> pending job ids
-    out = {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0}
+    out = {"partial_gang_starts": 0, "capability_violations": 0, "guarantee_violations_s": 0.0, "overcommitted_nodes": 0, "mig_violations": 0}
+    layouts: dict[tuple[str, int], set[tuple[str, int]]] = defaultdict(set)  # (node, gpu) -> usable instances
+    reslicing: set[tuple[str, int]] = set()  # GPUs between mig_reconfigure and mig_ready
+    target: dict[tuple[str, int], set[tuple[str, int]]] = {}
     over: set[str] = set()
     spell: dict[str, float] = {}  # pending job -> since when it has fit inside an unused guarantee
 
@@ -59,9 +66,13 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
                 key = (p["mig"]["gpu"], p["mig"]["profile"], p["mig"]["start"])
                 if sign > 0 and key in mig_used[n]:
                     over.add(n)
+                if sign > 0 and (key[1], key[2]) not in layouts[(n, key[0])]:
+                    out["mig_violations"] += 1
                 (mig_used[n].add if sign > 0 else mig_used[n].discard)(key)
             else:
                 for g in p["gpus"]:
+                    if sign > 0 and (layouts[(n, g)] or (n, g) in reslicing):
+                        out["mig_violations"] += 1
                     gpu_used[n][g] += sign * p.get("gpu_milli", 1000)
                     if g >= nodes.get(n, {}).get("gpus", 0) or gpu_used[n][g] > 1000:
                         over.add(n)
@@ -93,9 +104,23 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
             guarantees(last_t)
             last_t = t
         if kind == "node_up":
-            nodes[e["node"]] = {"site": e["site"], "gpus": e["gpus"], "cpu_milli": e.get("cpu_milli", 1 << 60), "memory_mib": e.get("memory_mib", 1 << 60)}
+            nodes[e["node"]] = {"site": e["site"], "gpus": e["gpus"], "gpu_model": e.get("gpu_model"), "cpu_milli": e.get("cpu_milli", 1 << 60), "memory_mib": e.get("memory_mib", 1 << 60)}
         elif kind == "node_down":
             nodes.pop(e["node"], None)
+        elif kind == "mig_reconfigure":
+            n, g = e["node"], e["gpu"]
+            new = {(i["profile"], i["start"]) for i in e["layout"]}
+            spec = CATALOG.get(nodes.get(n, {}).get("gpu_model") or "")
+            used = {(p, s) for gg, p, s in mig_used[n] if gg == g}
+            if spec is None or layout_problems(spec, [Instance(p, s) for p, s in new]) or not used <= new or gpu_used[n].get(g, 0) > 0:
+                out["mig_violations"] += 1
+            layouts[(n, g)] = used  # only the kept instances are usable until mig_ready
+            reslicing.add((n, g))
+            target[(n, g)] = new
+        elif kind == "mig_ready":
+            key = (e["node"], e["gpu"])
+            layouts[key] = target.pop(key, set())
+            reslicing.discard(key)
         elif kind == "submit":
             jobs[e["job"]] = e
             pending[e["queue"]].add(e["job"])

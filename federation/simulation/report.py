@@ -63,6 +63,7 @@ def build_report(res: SimResult, invariants: dict, wall_s: float) -> dict:
             "idle_paid_node_hours": round(led.idle_paid_node_s / 3600, 3),
             **res.cloud,
         },
+        **({"mig": res.mig} if res.mig else {}),
         "pending_reasons_at_end": _reasons_at_end(res),
         "invariants": invariants,
         "virtual_s": round(res.end_s, 3),

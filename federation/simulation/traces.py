@@ -169,11 +169,15 @@ def generate(
     seed: int = 0,
     pattern: Literal["tidal", "uniform"] = "tidal",
     gpus_per_node: int = 8,
+    inference_mig: str | None = None,
+    max_gang_nodes: int = 8,
 ) -> list[dict]:
     """Synthetic JSONL records. `queues` maps a role (inference, training, batch) to a queue name.
 
     Inference arrives with the working day (tidal), training and batch fill the night; training
-    jobs are gangs of whole nodes or parts of one; inference is short single tasks, often shared.
+    jobs are gangs of whole nodes or parts of one; inference is short single tasks, often shared,
+    or, with `inference_mig`, each on one MIG instance of that profile. Training gangs span at
+    most `max_gang_nodes` whole nodes (a gang runs on one site, so keep it within the smallest).
     """
     rng = random.Random(seed)
     span = days * 86400
@@ -190,12 +194,14 @@ def generate(
         rec: dict = {"id": f"job-{len(out):06d}", "submit_s": round(t, 3), "queue": queues[role], "kind": role}
         if role == "inference":
             rec |= {"tasks": 1, "duration_s": round(rng.uniform(300, 3600), 1)}
-            if rng.random() < 0.4:
+            if inference_mig:
+                rec["mig_profile"] = inference_mig
+            elif rng.random() < 0.4:
                 rec["gpu_milli_per_task"] = rng.choice([250, 500])
             else:
                 rec["gpus_per_task"] = 1
         elif role == "training":
-            tasks = rng.choice([1, 1, 2, 2, 4, 8])
+            tasks = min(max_gang_nodes, rng.choice([1, 1, 2, 2, 4, 8]))
             rec |= {"tasks": tasks, "gpus_per_task": gpus_per_node if tasks > 1 else rng.choice([1, 2, 4, 8]),
                     "duration_s": round(rng.uniform(1800, 6 * 3600), 1), "checkpoint_interval_s": 1800}
         else:
