@@ -1,0 +1,216 @@
+"""Where a MIG manager's layouts are applied: the NVIDIA GPU Operator, or NVML on a bare-metal node.
+
+Both take one node's target layouts (GPU index -> [(profile, start)], an empty list meaning MIG
+off, the GPU used whole) and report `pending`, `success` or `failed`. The manager only asks for
+changes that leave busy instances where they are; the backends add the I/O around that.
+
+- GPU Operator (Kubernetes): the operator's mig-manager applies a named config from a
+  mig-parted ConfigMap to the node whose `nvidia.com/mig.config` label names it, and reports in
+  `nvidia.com/mig.config.state` (`pending`, `rebooting`, `success`, `failed`). It restarts the
+  node's GPU clients and does not evict pods, so the node is cordoned while it works. Point the
+  operator at our ConfigMap (ClusterPolicy `migManager.config.name`). mig-parted takes counts
+  per profile and picks the placements itself; the inventory re-reads what it made.
+- NVML (`nvidia-ml-py`, imported only when used): GPU instances are created at the planned
+  placements, each with one compute instance over all its slices; compute instances are
+  destroyed before their GPU instance. MIG mode is switched on for a sliced layout and off for an
+  empty one; where the driver holds the change until a GPU reset, the GPU is reported as failed
+  with that instruction (resetting a GPU is left to its operator).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from federation.mig.catalog import CATALOG, Profile
+from providers.errors import TRANSIENT, ProviderFailure
+from providers.kubernetes import KubernetesInventory, classify
+
+Layouts = dict[int, list[tuple[str, int]]]
+CONFIG_LABEL, STATE_LABEL = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
+
+
+@dataclass(frozen=True)
+class ApplyState:
+    state: str  # pending | success | failed
+    message: str = ""
+
+
+def mig_parted_config(layouts: Layouts) -> list[dict]:
+    """One mig-parted entry per GPU (by index), in the operator's `config.yaml` format."""
+    out = []
+    for gpu in sorted(layouts):
+        counts = dict(sorted(Counter(p for p, _ in layouts[gpu]).items()))
+        entry: dict = {"devices": [gpu], "mig-enabled": bool(counts)}
+        if counts:
+            entry["mig-devices"] = counts
+        out.append(entry)
+    return out
+
+
+def config_name(layouts: Layouts) -> str:
+    """Named by content, so asking twice for the same layouts is the same request."""
+    digest = hashlib.sha256(json.dumps(mig_parted_config(layouts), sort_keys=True).encode()).hexdigest()[:12]
+    return f"federation-{digest}"
+
+
+class GpuOperatorBackend:
+    PREFIX = "federation-"
+
+    def __init__(self, inventory: KubernetesInventory, namespace: str = "gpu-operator", configmap: str = "federation-mig-parted-config"):
+        self.inv, self.namespace, self.configmap = inventory, namespace, configmap
+        self.applying: dict[str, str] = {}  # node -> config name
+
+    def apply(self, node: str, layouts: Layouts) -> None:
+        name = config_name(layouts)
+        self._write_config(name, mig_parted_config(layouts))
+        self.inv.cordon(node)  # the operator restarts the node's GPU clients and evicts nothing
+        self.inv.set_labels(node, {CONFIG_LABEL: name})
+        self.applying[node] = name
+
+    def state(self, node: str) -> ApplyState:
+        name = self.applying.get(node)
+        if name is None:
+            return ApplyState("failed", f"no reconfiguration of {node} was started")
+        labels = self.inv.node(node).labels
+        if labels.get(CONFIG_LABEL) != name:
+            return ApplyState("failed", f"{node}'s {CONFIG_LABEL} label was changed to {labels.get(CONFIG_LABEL)!r} by someone else")
+        got = labels.get(STATE_LABEL, "pending")
+        if got in ("success", "failed"):
+            self.inv.cordon(node, False)
+            del self.applying[node]
+            msg = "" if got == "success" else f"the GPU Operator could not apply {name} on {node}; see its mig-manager pod's log"
+            return ApplyState(got, msg)
+        return ApplyState("pending", f"{STATE_LABEL}={got}")
+
+    def _write_config(self, name: str, entries: list[dict]) -> None:
+        """Add our config to the ConfigMap (read, change, replace at its resourceVersion, again on a
+        409 Conflict), dropping our configs that no node refers to any more."""
+        api = self.inv.api
+        in_use = {n.labels.get(CONFIG_LABEL) for n in self.inv.gpu_nodes()}
+        for _ in range(5):
+            try:
+                cm = api.read_namespaced_config_map(self.configmap, self.namespace, _request_timeout=30)
+            except ApiException as e:
+                if e.status != 404:
+                    raise classify(e) from None
+                cm = None
+            doc = yaml.safe_load((cm.data or {}).get("config.yaml", "") if cm else "") or {"version": "v1", "mig-configs": {}}
+            configs = doc.setdefault("mig-configs", {})
+            for key in [k for k in configs if k.startswith(self.PREFIX) and k not in in_use and k != name]:
+                del configs[key]
+            configs[name] = entries
+            meta = k8s.V1ObjectMeta(name=self.configmap, namespace=self.namespace, resource_version=cm.metadata.resource_version if cm else None)
+            body = k8s.V1ConfigMap(metadata=meta, data={"config.yaml": yaml.safe_dump(doc, sort_keys=False)})
+            try:
+                if cm is None:
+                    api.create_namespaced_config_map(self.namespace, body, _request_timeout=30)
+                else:
+                    api.replace_namespaced_config_map(self.configmap, self.namespace, body, _request_timeout=30)
+                return
+            except ApiException as e:
+                if e.status != 409:  # someone else wrote it in between: read again
+                    raise classify(e) from None
+        raise ProviderFailure(TRANSIENT, f"ConfigMap {self.namespace}/{self.configmap} kept changing while we wrote it")
+
+
+# ---- NVML ----------------------------------------------------------------------------------
+
+class NvmlError(RuntimeError):
+    pass
+
+
+def gi_profile(nvml, p: Profile) -> int:
+    """NVML's GPU instance profile constant for a catalog profile."""
+    if p.name.endswith("+me"):
+        return {1: nvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 2: nvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1}[p.compute]
+    if p.compute == 1 and p.memory == 2:  # 1g with two memory slices (1g.20gb, 1g.24gb, 1g.35gb)
+        return nvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2
+    return {1: nvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 2: nvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 3: nvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
+            4: nvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE, 7: nvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE}[p.compute]
+
+
+def ci_profile(nvml, compute: int) -> int:
+    return {1: nvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 2: nvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE, 3: nvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+            4: nvml.NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE, 7: nvml.NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE}[compute]
+
+
+class NvmlBackend:
+    """Applies layouts to this machine's GPUs, synchronously (`state` reports the last outcome)."""
+
+    def __init__(self, gpu_model: str, nvml=None):
+        if nvml is None:
+            import pynvml as nvml  # only on nodes that have GPUs
+        self.nvml, self.spec = nvml, CATALOG[gpu_model]
+        self.outcome: dict[str, ApplyState] = {}
+
+    def apply(self, node: str, layouts: Layouts) -> None:
+        nv = self.nvml
+        nv.nvmlInit()
+        try:
+            problems = []
+            for gpu, layout in sorted(layouts.items()):
+                try:
+                    self._apply_gpu(nv.nvmlDeviceGetHandleByIndex(gpu), gpu, layout)
+                except (nv.NVMLError, NvmlError) as e:
+                    problems.append(f"GPU {gpu}: {e}")
+            self.outcome[node] = ApplyState("failed", "; ".join(problems)) if problems else ApplyState("success")
+        finally:
+            nv.nvmlShutdown()
+
+    def state(self, node: str) -> ApplyState:
+        return self.outcome.get(node, ApplyState("failed", f"no reconfiguration of {node} was started"))
+
+    def instances(self, handle) -> dict[tuple[str, int], object]:
+        """(profile, start) -> GPU instance handle, for every GPU instance on the device."""
+        nv = self.nvml
+        out = {}
+        for p in self.spec.profiles.values():
+            info = nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, gi_profile(nv, p))
+            arr = (nv.c_nvmlGpuInstance_t * max(1, p.max_count))()
+            count = ctypes.c_uint(0)
+            nv.nvmlDeviceGetGpuInstances(handle, info.id, arr, ctypes.byref(count))
+            for i in range(count.value):
+                out[(p.name, nv.nvmlGpuInstanceGetInfo(arr[i]).placement.start)] = arr[i]
+        return out
+
+    def _apply_gpu(self, handle, gpu: int, layout: list[tuple[str, int]]) -> None:
+        nv = self.nvml
+        want_mode = nv.NVML_DEVICE_MIG_ENABLE if layout else nv.NVML_DEVICE_MIG_DISABLE
+        mode, _pending = nv.nvmlDeviceGetMigMode(handle)
+        have = self.instances(handle) if mode == nv.NVML_DEVICE_MIG_ENABLE else {}
+        for key, gi in have.items():
+            if key not in set(layout):
+                self._destroy(gi)
+        if mode != want_mode:
+            nv.nvmlDeviceSetMigMode(handle, want_mode)
+            if nv.nvmlDeviceGetMigMode(handle)[0] != want_mode:
+                raise NvmlError(f"MIG mode {'on' if layout else 'off'} takes effect after a GPU reset (`nvidia-smi -i {gpu} -r` once it is idle)")
+        for name, start in sorted(set(layout) - set(have), key=lambda i: -self.spec.profiles[i[0]].memory):
+            p = self.spec.profiles[name]
+            info = nv.nvmlDeviceGetGpuInstanceProfileInfo(handle, gi_profile(nv, p))
+            gi = nv.nvmlDeviceCreateGpuInstanceWithPlacement(handle, info.id, nv.c_nvmlGpuInstancePlacement_t(start, p.memory))
+            ci = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile(nv, p.compute), nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            nv.nvmlGpuInstanceCreateComputeInstance(gi, ci.id)
+
+    def _destroy(self, gi) -> None:
+        """Compute instances first: NVML refuses to destroy a GPU instance that still has them."""
+        nv = self.nvml
+        for c in (1, 2, 3, 4, 7):
+            try:
+                info = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile(nv, c), nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            except nv.NVMLError:
+                continue  # this GPU instance is too small for that profile
+            arr = (nv.c_nvmlComputeInstance_t * 8)()
+            count = ctypes.c_uint(0)
+            nv.nvmlGpuInstanceGetComputeInstances(gi, info.id, arr, ctypes.byref(count))
+            for i in range(count.value):
+                nv.nvmlComputeInstanceDestroy(arr[i])
+        nv.nvmlGpuInstanceDestroy(gi)
