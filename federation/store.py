@@ -48,6 +48,10 @@ class Store:
         self._db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({cols})")
         # runtime_env packages (working_dir, py_modules) uploaded by clients, kept until dispatched jobs are done with them
         self._db.execute("CREATE TABLE IF NOT EXISTS packages (name TEXT PRIMARY KEY, data BLOB, uploaded_s REAL)")
+        # each MIG GPU's layout, journaled before a backend applies it: state APPLYING (with the
+        # layout it had before, kept on a failure) or READY
+        self._db.execute("CREATE TABLE IF NOT EXISTS mig_layouts (node TEXT, gpu INTEGER, layout TEXT, previous TEXT, state TEXT, "
+                         "since_s REAL, PRIMARY KEY (node, gpu))")
 
     def _row(self, values: tuple) -> JobRow:
         d = dict(zip(COLUMNS, values, strict=True))
@@ -85,6 +89,17 @@ class Store:
     def delete(self, job_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    def set_mig(self, node: str, gpu: int, layout: list, state: str, at: float, previous: list | None = None) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO mig_layouts VALUES (?, ?, ?, ?, ?, ?)",
+                             (node, gpu, json.dumps(layout), json.dumps(previous or []), state, at))
+
+    def mig_layouts(self) -> list[tuple[str, int, list, list, str, float]]:
+        """(node, gpu, layout as [[profile, start]...], previous layout, state, since) per GPU."""
+        with self._lock:
+            rows = self._db.execute("SELECT node, gpu, layout, previous, state, since_s FROM mig_layouts ORDER BY node, gpu").fetchall()
+        return [(n, g, json.loads(lay), json.loads(prev), st, since) for n, g, lay, prev, st, since in rows]
 
     def put_package(self, name: str, data: bytes, at: float) -> None:
         with self._lock:

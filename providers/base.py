@@ -49,6 +49,7 @@ class ProvidedNode:
     site: str
     group: str
     request_id: str
+    schedulable: bool = True  # False while cordoned: its running work stays, nothing new lands
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 GPU nodes are the ones matching the provider's `node_selector`; each is matched to the node group
 whose `gpu_model` its `nvidia.com/gpu.product` label names (GPU feature discovery sets it, for
-example `NVIDIA-A100-SXM4-80GB`). A node counts as up when it is Ready and not cordoned. The fleet
+example `NVIDIA-A100-SXM4-80GB`). A node counts as up when it is Ready; a cordoned one is listed
+as unschedulable (its running work stays accounted for, nothing new lands on it). The fleet
 is fixed: `request` is refused as data, and `release` does nothing (nodes are not ours to delete).
 """
 
@@ -105,7 +106,7 @@ class KubernetesInventory(Provider):
             if n.group is None:
                 self._errors.append(ProviderError("-", INVALID, f"node {n.name}: GPU product {n.product!r} matches no node group of "
                                                               f"{self.site.name} (set a node group's gpu_model to it)"))
-        return [ProvidedNode(n.name, self.site.name, n.group, "") for n in found if n.group and n.ready and n.schedulable]
+        return [ProvidedNode(n.name, self.site.name, n.group, "", n.schedulable) for n in found if n.group and n.ready]
 
     def request(self, request_id: str, group: NodeGroup, count: int) -> None:
         self._errors.append(ProviderError(request_id, INVALID, f"{self.site.name} is a fixed Kubernetes fleet; it cannot add nodes"))

@@ -66,26 +66,23 @@ class GpuOperatorBackend:
 
     def __init__(self, inventory: KubernetesInventory, namespace: str = "gpu-operator", configmap: str = "federation-mig-parted-config"):
         self.inv, self.namespace, self.configmap = inventory, namespace, configmap
-        self.applying: dict[str, str] = {}  # node -> config name
 
     def apply(self, node: str, layouts: Layouts) -> None:
         name = config_name(layouts)
         self._write_config(name, mig_parted_config(layouts))
         self.inv.cordon(node)  # the operator restarts the node's GPU clients and evicts nothing
         self.inv.set_labels(node, {CONFIG_LABEL: name})
-        self.applying[node] = name
 
-    def state(self, node: str) -> ApplyState:
-        name = self.applying.get(node)
-        if name is None:
-            return ApplyState("failed", f"no reconfiguration of {node} was started")
+    def state(self, node: str, layouts: Layouts) -> ApplyState:
+        """Read from the node's labels alone, so that a restarted controller picks it up."""
+        name = config_name(layouts)
         labels = self.inv.node(node).labels
         if labels.get(CONFIG_LABEL) != name:
-            return ApplyState("failed", f"{node}'s {CONFIG_LABEL} label was changed to {labels.get(CONFIG_LABEL)!r} by someone else")
+            self.inv.cordon(node, False)
+            return ApplyState("failed", f"{node}'s {CONFIG_LABEL} label is {labels.get(CONFIG_LABEL)!r}, not {name!r}: changed by someone else")
         got = labels.get(STATE_LABEL, "pending")
         if got in ("success", "failed"):
             self.inv.cordon(node, False)
-            del self.applying[node]
             msg = "" if got == "success" else f"the GPU Operator could not apply {name} on {node}; see its mig-manager pod's log"
             return ApplyState(got, msg)
         return ApplyState("pending", f"{STATE_LABEL}={got}")
@@ -119,6 +116,18 @@ class GpuOperatorBackend:
                 if e.status != 409:  # someone else wrote it in between: read again
                     raise classify(e) from None
         raise ProviderFailure(TRANSIENT, f"ConfigMap {self.namespace}/{self.configmap} kept changing while we wrote it")
+
+
+class NoDeviceBackend:
+    """For sites whose GPUs cannot be sliced from here (local Ray workers with logical GPUs, or
+    a fleet no backend reaches): the layout is only the federation's bookkeeping, so that MIG
+    jobs can be scheduled and pinned there, and it is applied as soon as it is asked for."""
+
+    def apply(self, node: str, layouts: Layouts) -> None:
+        pass
+
+    def state(self, node: str, layouts: Layouts) -> ApplyState:
+        return ApplyState("success")
 
 
 # ---- NVML ----------------------------------------------------------------------------------
@@ -165,8 +174,8 @@ class NvmlBackend:
         finally:
             nv.nvmlShutdown()
 
-    def state(self, node: str) -> ApplyState:
-        return self.outcome.get(node, ApplyState("failed", f"no reconfiguration of {node} was started"))
+    def state(self, node: str, layouts: Layouts) -> ApplyState:
+        return self.outcome.get(node, ApplyState("failed", f"no reconfiguration of {node} was started here"))
 
     def instances(self, handle) -> dict[tuple[str, int], object]:
         """(profile, start) -> GPU instance handle, for every GPU instance on the device."""

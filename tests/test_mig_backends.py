@@ -46,11 +46,11 @@ def test_the_operator_applies_a_layout_with_the_node_cordoned_until_success(oper
     node = inv.node("gpu-1")
     name = config_name({0: SMALL, 1: []})
     assert node.labels["nvidia.com/mig.config"] == name and not node.schedulable
-    assert backend.state("gpu-1").state == "pending"
+    assert backend.state("gpu-1", {0: SMALL, 1: []}).state == "pending"
     doc = yaml.safe_load(fake.configmaps[("gpu-operator", "federation-mig-parted-config")]["data"]["config.yaml"])
     assert doc["mig-configs"][name] == mig_parted_config({0: SMALL, 1: []})
     fake.operator_step()
-    assert backend.state("gpu-1").state == "success"
+    assert backend.state("gpu-1", {0: SMALL, 1: []}).state == "success"
     node = inv.node("gpu-1")
     assert node.schedulable and node.mig == {"1g.10gb": 7} and node.gpus == 1
 
@@ -59,10 +59,8 @@ def test_configs_no_node_uses_are_dropped_and_the_configmap_is_written_at_its_ve
     fake, inv, backend = operator
     backend.apply("gpu-1", {0: SMALL, 1: []})
     fake.operator_step()
-    backend.state("gpu-1")
     backend.apply("gpu-1", {0: [], 1: []})
     fake.operator_step()
-    backend.state("gpu-1")
     backend.apply("gpu-2", {0: SMALL, 1: SMALL})
     configs = yaml.safe_load(fake.configmaps[("gpu-operator", "federation-mig-parted-config")]["data"]["config.yaml"])["mig-configs"]
     # gpu-1's first config is no longer named by any node; its current one and gpu-2's stay
@@ -94,9 +92,17 @@ def test_a_failed_apply_is_reported_and_the_node_uncordoned(operator):
     fake, inv, backend = operator
     backend.apply("gpu-1", {0: [("9g.99gb", 0)]})  # a profile the A100 does not have
     fake.operator_step()
-    st = backend.state("gpu-1")
+    st = backend.state("gpu-1", {0: [("9g.99gb", 0)]})
     assert st.state == "failed" and "gpu-1" in st.message
     assert inv.node("gpu-1").schedulable
+
+
+def test_a_label_someone_else_changed_is_a_failure(operator):
+    fake, inv, backend = operator
+    backend.apply("gpu-1", {0: SMALL, 1: []})
+    inv.set_labels("gpu-1", {"nvidia.com/mig.config": "all-disabled"})
+    st = backend.state("gpu-1", {0: SMALL, 1: []})
+    assert st.state == "failed" and "someone else" in st.message and inv.node("gpu-1").schedulable
 
 
 @pytest.fixture
@@ -109,7 +115,7 @@ def nvml(monkeypatch):
 def test_nvml_refuses_a_placement_the_gpu_does_not_allow(nvml):
     backend = NvmlBackend("A100-80GB")
     backend.apply("here", {0: [("4g.40gb", 4)]})  # a 4g instance starts only at slice 0
-    st = backend.state("here")
+    st = backend.state("here", {})
     assert st.state == "failed" and "Insufficient Resources" in st.message
 
 
@@ -117,7 +123,7 @@ def test_nvml_creates_instances_at_the_planned_placements_with_compute_instances
     backend = NvmlBackend("A100-80GB")
     layout = [("3g.40gb", 4), ("2g.20gb", 0), ("1g.10gb", 2)]
     backend.apply("here", {0: layout})
-    assert backend.state("here").state == "success"
+    assert backend.state("here", {}).state == "success"
     assert nvml.layout(0) == sorted(layout)
     assert all(len(gi.cis) == 1 and gi.cis[0].slices == gi.compute for gi in nvml.devices[0].gis)
     assert nvml.initialised == 0  # init and shutdown are paired
@@ -126,10 +132,10 @@ def test_nvml_creates_instances_at_the_planned_placements_with_compute_instances
 def test_nvml_destroys_compute_instances_before_their_gpu_instance_and_keeps_the_rest(nvml):
     backend = NvmlBackend("A100-80GB")
     backend.apply("here", {0: [("1g.10gb", 0), ("1g.10gb", 1), ("3g.40gb", 4)]})
-    assert backend.state("here").state == "success"
+    assert backend.state("here", {}).state == "success"
     nvml.calls.clear()
     backend.apply("here", {0: [("1g.10gb", 0), ("2g.20gb", 4)]})
-    assert backend.state("here").state == "success"
+    assert backend.state("here", {}).state == "success"
     assert nvml.layout(0) == [("1g.10gb", 0), ("2g.20gb", 4)]
     destroys = [c for c in nvml.calls if c.startswith("destroy")]
     assert destroys.index("destroy-ci 0 3g.40gb@4") < destroys.index("destroy-gi 0 3g.40gb@4")
@@ -142,7 +148,7 @@ def test_nvml_reports_a_busy_instance_it_was_asked_to_destroy(nvml):
     backend.apply("here", {0: [("1g.10gb", 0)]})
     nvml.devices[0].gis[0].cis[0].busy = True
     backend.apply("here", {0: [("7g.80gb", 0)]})
-    st = backend.state("here")
+    st = backend.state("here", {})
     assert st.state == "failed" and "GPU 0" in st.message and "In use" in st.message
     assert nvml.layout(0) == [("1g.10gb", 0)]
 
@@ -155,7 +161,7 @@ def test_nvml_switches_mig_mode_and_reports_a_change_held_until_reset(monkeypatc
     held = FakeNvml("A100-80GB", gpus=1, mig_enabled=True, reset_required=True)
     backend = NvmlBackend("A100-80GB", nvml=held)
     backend.apply("here", {0: []})
-    st = backend.state("here")
+    st = backend.state("here", {})
     assert st.state == "failed" and "GPU reset" in st.message
 
 
@@ -167,5 +173,5 @@ def test_every_profile_maps_to_an_nvml_profile_and_a_valid_placement(nvml):
         backend = NvmlBackend(model, nvml=fake)
         for p in CATALOG[model].profiles.values():
             backend.apply("here", {0: [(p.name, p.starts[-1])]})
-            assert backend.state("here").state == "success", (model, p.name)
+            assert backend.state("here", {}).state == "success", (model, p.name)
             assert fake.layout(0) == [(p.name, p.starts[-1])]

@@ -53,13 +53,13 @@ def test_list_nodes_offers_ready_matched_nodes_and_reports_the_unmatched_product
     assert err.kind == INVALID and "NVIDIA-L40S" in err.message and "gpu_model" in err.message
 
 
-def test_cordon_and_labels_patch_the_node_and_a_cordoned_node_is_not_offered(kube):
+def test_cordon_and_labels_patch_the_node_and_a_cordoned_node_is_listed_unschedulable(kube):
     fake, inv = kube
     inv.cordon("gpu-a-1")
     inv.set_labels("gpu-a-1", {"nvidia.com/mig.config": "all-1g.10gb", RACK: None})
     n = inv.node("gpu-a-1")
     assert not n.schedulable and n.labels["nvidia.com/mig.config"] == "all-1g.10gb" and RACK not in n.labels
-    assert "gpu-a-1" not in [x.name for x in inv.list_nodes()]
+    assert {x.name: x.schedulable for x in inv.list_nodes()} == {"gpu-a-1": False, "gpu-a-2": True}
     assert all(ctype == "application/strategic-merge-patch+json" for _, ctype, _ in fake.patches)
     inv.cordon("gpu-a-1", False)
     assert inv.node("gpu-a-1").schedulable

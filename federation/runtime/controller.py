@@ -18,7 +18,9 @@ from zoneinfo import ZoneInfo
 from federation.errors import BadSubmission, JobRejected
 from federation.feasibility import check_job
 from federation.jobs import make_job
+from federation.mig.manager import CAPACITY_REASONS, MigManager
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
+from federation.runtime.mig import LiveMig
 from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
 from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
@@ -27,6 +29,8 @@ from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
 from policies.tidal import effective_burst
 from providers.base import Provider
+from providers.kubernetes import KubernetesInventory
+from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend
 
 META_INT = ("tasks", "min_tasks", "gpu_milli_per_task")
 META_FLOAT = ("gpus_per_task", "cpus_per_task", "memory_gib_per_task")
@@ -102,9 +106,16 @@ class Controller:
         self.admissions: Counter[str] = Counter()  # by site
         self.preemptions: Counter[str] = Counter()  # by reason
         self.reconciled_s: float | None = None
+        self.mig = {s.name: LiveMig(fed, s.name, store, self._mig_backend(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
+
+    def _mig_backend(self, site: str):
+        """The GPU Operator where the site's fleet is a Kubernetes inventory; elsewhere (local Ray
+        workers) the layout is the federation's bookkeeping only."""
+        inv = self.inventories.get(site)
+        return GpuOperatorBackend(inv) if isinstance(inv, KubernetesInventory) else NoDeviceBackend()
 
     def _resume(self) -> None:
         """Requests journaled before a restart: cloud ones are picked up (never made twice), the
@@ -184,7 +195,10 @@ class Controller:
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
         covered = frozenset(j for f in self.in_flight.values() for j in f.jobs)
-        plan = schedule(Snapshot(self.fed, self.nodes, tuple(running), tuple(pending), burst_in_flight=covered,
+        nodes = self.nodes
+        for m in self.mig.values():
+            nodes = tuple(m.view(nodes))
+        plan = schedule(Snapshot(self.fed, nodes, tuple(running), tuple(pending), burst_in_flight=covered,
                                  reservations=self.last_plan.reservations if self.last_plan else {}), now)
         self.last_plan = plan
         for a in plan.admissions:
@@ -204,6 +218,9 @@ class Controller:
             self.store.update(job_id, reason=reason.code, message=f"{reason.code}: {reason.message}")
         if self.providers:
             self._burst(now, plan, running)
+        waiting = [j for j in pending if (r := plan.pending.get(j.id)) is not None and r.code in CAPACITY_REASONS]
+        for site, m in self.mig.items():
+            m.step(now, self._local(now), [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting)
         self.cycle_s.append(time.perf_counter() - began)
         del self.cycle_s[:-1000]
 
@@ -225,7 +242,7 @@ class Controller:
             for pn in found:
                 g = self.fed.site(site).node_group(pn.group)
                 r = g.node_resources
-                nodes.append(Node(pn.name, site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib))
+                nodes.append(Node(pn.name, site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib, schedulable=pn.schedulable))
                 per_request[pn.request_id] = per_request.get(pn.request_id, 0) + 1
         return nodes, per_request
 
@@ -416,6 +433,7 @@ class Controller:
                         "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)} for q in self.fed.queues],
             "pending": [{"job": r.id, "reason": r.reason, "message": r.message} for r in rows if r.status == "PENDING"],
             "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
+            "mig": {site: m.status() for site, m in self.mig.items()},
             "cloud": {"in_flight": [{"request": f.request_id, "site": f.site, "group": f.group, "count": f.count, "jobs": list(f.jobs)}
                                     for f in self.in_flight.values()],
                       "month_spend_usd": round(self.ledger.spend(self._month(self.clock())), 2)},
