@@ -214,6 +214,9 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
     for q in doc["queues"]:
         table.add_row(q["name"], q["parent"] or "", f"{q['guarantee']['gpu']:g}", f"{q['deserved']['gpu']:g}", f"{q['usage_gpu']:g}", f"{q['borrowed_gpu']:g}")
     con.print(table)
+    tidal = doc.get("tidal") or {}
+    if tidal.get("active") or tidal.get("next_transition"):
+        con.print(f"tidal windows active: {', '.join(tidal['active']) or 'none'}; next change at {tidal.get('next_transition') or 'none within 8 days'}")
     pending = Table(title="pending jobs")
     pending.add_column("job")
     pending.add_column("why")

@@ -8,6 +8,7 @@ from federation.cluster import GPU, NodeState, tasks_that_fit
 from federation.errors import JobRejected
 from federation.mig.catalog import CATALOG as MIG_CATALOG
 from federation.model import Federation, JobSpec, Node, NodeGroup, Resources
+from policies.tidal import widest_capability
 
 
 def group_fits(g: NodeGroup, per_task: Resources, gpu_models: tuple[str, ...], mig_profile: str | None) -> bool:
@@ -81,5 +82,6 @@ def check_job(fed: Federation, job: JobSpec) -> None:
     if most < (job.min_tasks or job.tasks):
         raise JobRejected(job.id, "tasks", f"a gang runs on one site, and no site of queue {job.queue!r} can hold more than {most} of its {job.min_tasks or job.tasks} tasks at once")
     need = job.request(job.min_tasks or job.tasks)
-    if not need.fits_in(q.capability):
-        raise JobRejected(job.id, "tasks", f"the gang needs {need}, above queue {job.queue!r}'s capability {q.capability}")
+    cap = widest_capability(fed, q)  # a window may raise it: such a job waits for the window
+    if not need.fits_in(cap):
+        raise JobRejected(job.id, "tasks", f"the gang needs {need}, above queue {job.queue!r}'s capability {cap}")

@@ -68,6 +68,16 @@ def effective_queues(fed: Federation, local: datetime) -> tuple[Queue, ...]:
     return tuple(out)
 
 
+def widest_capability(fed: Federation, queue: Queue) -> Resources:
+    """The largest capability `queue` has in any window (or outside them): what a job may ever use."""
+    cap = queue.capability
+    for t in fed.policies.tidal:
+        o = t.queues.get(queue.name)
+        if o is not None:
+            cap = cap.max(_override(queue.capability, o.capability))
+    return cap
+
+
 def effective_burst(fed: Federation, local: datetime) -> tuple[bool, float]:
     """(burst enabled, budget in USD per hour) with active windows applied."""
     enabled, budget = fed.policies.burst.enabled, fed.policies.burst.budget_usd_per_hour

@@ -27,7 +27,7 @@ from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
 from federation.scheduler import Snapshot, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
-from policies.tidal import effective_burst
+from policies.tidal import active_policies, effective_burst, effective_queues, next_transition
 from providers.base import Provider
 from providers.kubernetes import KubernetesInventory
 from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend
@@ -198,7 +198,8 @@ class Controller:
         nodes = self.nodes
         for m in self.mig.values():
             nodes = tuple(m.view(nodes))
-        plan = schedule(Snapshot(self.fed, nodes, tuple(running), tuple(pending), burst_in_flight=covered,
+        # the quotas of the tidal windows active now, as the simulator applies them
+        plan = schedule(Snapshot(self.fed, nodes, tuple(running), tuple(pending), effective_queues(self.fed, self._local(now)), burst_in_flight=covered,
                                  reservations=self.last_plan.reservations if self.last_plan else {}), now)
         self.last_plan = plan
         for a in plan.admissions:
@@ -420,6 +421,8 @@ class Controller:
 
     def status(self) -> dict:
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
+        local = self._local(self.clock())
+        nxt = next_transition(self.fed, local) if any(t.window for t in self.fed.policies.tidal) else None
         usage: dict[str, float] = {}
         for r in rows:
             if r.status != "PENDING":
@@ -430,7 +433,9 @@ class Controller:
             "sites": [{"name": s.name, "kind": s.kind, "connected": s.name in self.sites} for s in self.fed.sites],
             "nodes": [{"name": n.name, "site": n.site, "gpus": n.gpus, "gpu_model": n.gpu_model} for n in self.nodes],
             "queues": [{"name": q.name, "parent": q.parent, "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),
-                        "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)} for q in self.fed.queues],
+                        "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}
+                       for q in effective_queues(self.fed, local)],
+            "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None},
             "pending": [{"job": r.id, "reason": r.reason, "message": r.message} for r in rows if r.status == "PENDING"],
             "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
             "mig": {site: m.status() for site, m in self.mig.items()},
