@@ -3,8 +3,8 @@
     python benchmarks/mig_tide.py [--jobs 600] [--days 2] [--seed 3]
 
 Runs configs/mig-tide.yaml (10 nodes x 8 A100-80GB, MIG enabled; a day window slicing 4 GPUs
-into 7 x 1g.10gb; a warm pool of 4 idle 1g.10gb) as it is, without the warm pool, and without
-either, on one generated trace; prints reconfigurations, GPU-seconds spent draining, inference
+into 7 x 1g.10gb; a warm pool of 4 idle 1g.10gb) as it is, without the warm pool, without
+either, and with neither but a forecast pre-warm (15 min ahead), on one generated trace; prints reconfigurations, GPU-seconds spent draining, inference
 warm and cold starts (a cold start waited for a reconfiguration), waits and the MIG invariants.
 """
 
@@ -32,7 +32,10 @@ def variants() -> dict[str, str]:
     no_warm["policies"]["mig"]["warm_pool"] = {}
     bare = json.loads(json.dumps(no_warm))
     bare["policies"]["tidal"] = []
-    return {"window + warm pool": CONFIG.read_text(), "window only": yaml.safe_dump(no_warm), "neither": yaml.safe_dump(bare)}
+    learned = json.loads(json.dumps(bare))
+    learned["policies"]["tidal"] = [{"name": "prewarm", "forecast": {"history_days": 14, "lead_s": 900}}]
+    return {"window + warm pool": CONFIG.read_text(), "window only": yaml.safe_dump(no_warm), "neither": yaml.safe_dump(bare),
+            "forecast only": yaml.safe_dump(learned)}
 
 
 def main() -> None:
@@ -52,11 +55,13 @@ def main() -> None:
             t0 = time.perf_counter()
             rep, _ = simulate(fed, read_jsonl(path, fed), None, SimOptions(seed=1), html=False)
             m, q = rep["mig"], rep["per_queue"]
+            fc = m.get("forecast")
+            learned = f"; forecast MAE {fc['profile_mae']} (last hour {fc['last_hour_mae']}) over {fc['scored_hours']} h" if fc else ""
             print(f"{name:20s}: {m['reconfigurations']} reconfigurations, {m['drains']} drains ({m['drain_gpu_s']:.0f} GPU-s), "
                   f"warm {m['warm_starts']} / cold {m['cold_starts']}; online wait p99 {q['online']['wait_s']['p99']:.0f} s, "
                   f"research wait p50 {q['research']['wait_s']['p50']:.0f} s; completed {rep['jobs']['completed']}/{rep['jobs']['submitted']}; "
                   f"mig_violations {rep['invariants']['mig_violations']}, overcommitted {rep['invariants']['overcommitted_nodes']}; "
-                  f"{time.perf_counter() - t0:.1f} s")
+                  f"{time.perf_counter() - t0:.1f} s{learned}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ After each scheduling cycle the manager of a site with MIG-enabled node groups l
   job waiting for quota would not start if its instance existed), the warm pool (idle instances
   kept ready so that an inference job starts without waiting for a reconfiguration), and the
   layouts of tidal windows active now or starting within one drain period (so that they are
-  sliced by the window's start);
+  sliced by the window's start), and the forecast's prediction one lead time ahead;
 - the whole-GPU demand: pending jobs wanting whole or shared GPUs of the group's model that the
   core could not place.
 It plans each MIG-enabled group with the planner (GPUs holding whole-GPU work or being
@@ -81,6 +81,7 @@ class MigManager:
         self.layouts = fed.policies.mig.layouts
         self.draining: dict[str, float] = {}  # node -> since when
         self.rest_until: dict[str, float] = {}  # group -> no new drain before (after one timed out)
+        self.in_flight: dict[tuple[str, int], Layout] = {}  # (node, gpu) -> the layout it is being given
         self.queue_sites = {q.name: q.sites for q in fed.queues}
 
     @property
@@ -101,11 +102,15 @@ class MigManager:
         return (sites is None or self.site in sites) and (not job.gpu_models or g.gpu_model in job.gpu_models)
 
     def decide(self, now: float, local: datetime, nodes: Sequence[Node], running: Iterable[RunningJob],
-               waiting: Iterable[JobSpec]) -> MigDecision:
+               waiting: Iterable[JobSpec], forecast: dict[str, int] | None = None) -> MigDecision:
         """What to change now. `waiting` are the pending jobs the core could not place for want of
-        capacity (see CAPACITY_REASONS); `nodes` and `running` are the site's."""
+        capacity (see CAPACITY_REASONS); `nodes` and `running` are the site's. `forecast` is the
+        instances per profile predicted for the site one lead time ahead: a learned window,
+        held like a tidal layout."""
         waiting = list(waiting)
         running = list(running)
+        still = {(n.name, i) for n in nodes for i in n.reconfiguring}
+        self.in_flight = {k: v for k, v in self.in_flight.items() if k in still}
         by_group: dict[str, list[Node]] = defaultdict(list)
         for n in sorted(nodes, key=lambda n: n.name):
             by_group[n.node_group].append(n)
@@ -134,7 +139,9 @@ class MigManager:
             profiles = CATALOG[g.gpu_model].profiles
             current, locked, busy_count = [], set(), Counter()
             for k, (n, i) in enumerate(gpus):
-                lay = gpu_layouts(n).get(i, ())
+                # a GPU being re-sliced counts with what it will hold: else each arrival in the
+                # meantime would slice one more GPU
+                lay = self.in_flight.get((n.name, i), ()) if i in n.reconfiguring else gpu_layouts(n).get(i, ())
                 busy = busy_inst.get(n.name, set())
                 current.append([{"profile": p, "start": s, "busy": (i, p, s) in busy} for p, s in lay])
                 busy_count.update(p for p, s in lay if (i, p, s) in busy)
@@ -142,8 +149,10 @@ class MigManager:
                     locked.add(k)
             waiting_here = Counter({p: c for p, c in mig_wait.items() if p in profiles})
             # hard demand is given back whole for nobody; the warm pool yields to waiting whole-GPU work
-            hard = (busy_count + waiting_here) | targets.get(g.name, Counter())
-            demand = (busy_count + waiting_here + Counter({p: c for p, c in self.warm.items() if p in profiles})) | hard
+            predicted = Counter({p: c for p, c in (forecast or {}).items() if p in profiles})
+            hard = (busy_count + waiting_here) | targets.get(g.name, Counter()) | predicted
+            soft = Counter({p: c for p, c in self.warm.items() if p in profiles})
+            demand = (busy_count + waiting_here + soft) | hard
             weights = {p: float(max([j.priority for j in waiting if j.mig_profile == p and self._mine(j, g)], default=1)) for p in demand}
             # GPUs already sliced first; whole ones only for what they cannot hold, since a
             # whole GPU someone else can use is worth keeping (and one 1g instance ends that)
@@ -151,7 +160,14 @@ class MigManager:
             first = plan(g.gpu_model, len(gpus), dict(demand), current, weights, frozenset(locked | whole))
             kept_busy = [{(x["profile"], x["start"]) for x in c if x["busy"]} for c in current]
             after = [[{**i, "busy": (i["profile"], i["start"]) in kept_busy[k]} for i in lay] for k, lay in enumerate(first.layouts)]
-            res = plan(g.gpu_model, len(gpus), dict(demand), after, weights, frozenset(locked)) if first.unsatisfied else first
+            res = first
+            if first.unsatisfied:
+                # a whole GPU that must be sliced is sliced full of what is missing: the next
+                # arrivals land there instead of slicing one more whole GPU each
+                full = {p: demand[p] - u + -(-u // profiles[p].max_count) * profiles[p].max_count for p, u in first.unsatisfied.items()}
+                res = plan(g.gpu_model, len(gpus), {**demand, **full}, after, weights, frozenset(locked))
+                got = {p: min(res.satisfied.get(p, 0), demand[p]) for p in demand}
+                res = replace(res, satisfied=got, unsatisfied={p: demand[p] - got[p] for p in first.unsatisfied if got[p] < demand[p]})
             target = [tuple((i["profile"], int(i["start"])) for i in lay) for lay in res.layouts]
             self._give_back_whole(g, gpus, current, target, locked, hard, waiting)
             for k, (n, i) in enumerate(gpus):
@@ -159,6 +175,7 @@ class MigManager:
                 if target[k] != cur:
                     kept = tuple((x["profile"], x["start"]) for x in current[k] if x["busy"])
                     changes.append(Reconfigure(n.name, i, target[k], kept))
+                    self.in_flight[(n.name, i)] = target[k]
             # what the plan leaves unmet for jobs (and windows) that wait, not for the warm pool
             unmet = Counter({p: c for p, c in res.unsatisfied.items() if waiting_here[p] or targets.get(g.name, {}).get(p)})
             mig_wait.subtract(Counter({p: max(0, res.satisfied.get(p, 0) - busy_count[p]) for p in waiting_here}))

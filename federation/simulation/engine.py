@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,7 @@ from federation.scheduler import CycleState, Snapshot, incremental_pending, node
 from federation.simulation.ledger import Ledger
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
+from policies.forecast import WeeklyProfile
 from policies.placement import make_strategy, workload_mix
 from policies.tidal import effective_burst, effective_queues, next_transition
 
@@ -110,6 +112,13 @@ class Simulator:
         self.mig_stats = {"reconfigurations": 0, "drains": 0, "drain_gpu_s": 0.0, "warm_starts": 0, "cold_starts": 0}
         self.instance_ready: dict[tuple[str, int, str, int], float] = {}  # (node, gpu, profile, start) -> since
         self.drain_since: dict[str, float] = {}
+        # forecast pre-warm: MIG demand per site and profile, learned hour by hour of the week
+        fc = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
+        self.forecast_lead_s = fc.lead_s if fc and self.mig else None
+        self.profile = WeeklyProfile(alpha=min(1.0, 7 / fc.history_days)) if fc else None
+        self.forecast_err = {"hours": 0, "profile_abs": 0.0, "last_hour_abs": 0.0}
+        self.last_seen: dict[str, float] = {}
+        self.hour_peak: dict[str, float] = {}  # the most MIG demand seen since the last hourly observation
 
     # ---- plumbing ----
 
@@ -137,6 +146,8 @@ class Simulator:
         for j in self.trace.jobs:
             self.push(j.spec.submit_s, "arrive", j.spec.id)
         self._push_window_timer(0.0)
+        if self.forecast_lead_s is not None:
+            self.push(0.0, "timer", "forecast")
         total, done, t = len(self.jobs), 0, 0.0
         while self.heap:
             t = self.heap[0][0]
@@ -155,7 +166,7 @@ class Simulator:
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
                          tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons,
-                         {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3)} if self.mig else {})
+                         {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3), **self._forecast_stats()} if self.mig else {})
 
     # ---- event handlers ----
 
@@ -245,9 +256,16 @@ class Simulator:
     def _on_timer(self, t: float, what: str) -> None:
         # Windows recur forever: follow them while work can still move, which a window's quota
         # may allow for a week after the last other event (then what is left waits for good).
-        if what == "window" and self.finished < len(self.jobs) and (
-                self.running or self.in_flight or any(k != "timer" for _, _, k, _ in self.heap) or t - self.last_progress_s < 8 * 86400):
+        moving = self.finished < len(self.jobs) and (
+            self.running or self.in_flight or any(k != "timer" for _, _, k, _ in self.heap) or t - self.last_progress_s < 8 * 86400)
+        if what == "window" and moving:
             self._push_window_timer(t)
+        if what == "forecast":
+            self._observe_demand(t)
+            if moving:
+                self.push(t + 3600, "timer", "forecast")
+                # and wake one lead time before the next hour, to pre-warm for it
+                self.push(max(t, t + 3600 - self.forecast_lead_s), "timer", "prewarm")
 
     def _push_window_timer(self, t: float) -> None:
         if not any(p.window for p in self.fed.policies.tidal):
@@ -324,11 +342,14 @@ class Simulator:
         if not self.mig:
             return
         local = self.local(t)
+        if self.forecast_lead_s is not None:
+            for key, v in self._mig_demand().items():
+                self.hour_peak[key] = max(v, self.hour_peak.get(key, 0.0))
         waiting = [spec for j, spec in self.pending.items() if self.jobs[j].last_reason in CAPACITY_REASONS]
         for site, manager in self.mig.items():
             nodes = [n for n in self.nodes.values() if n.site == site]
             running = [r for r in self.running.values() if r.site == site]
-            d = manager.decide(t, local, nodes, running, waiting)
+            d = manager.decide(t, local, nodes, running, waiting, self._forecast(site, t))
             for r in d.reconfigure:
                 self._replace_node(with_layout(self.nodes[r.node], r.gpu, r.kept, reconfiguring=True))
                 self.mig_stats["reconfigurations"] += 1
@@ -345,6 +366,59 @@ class Simulator:
                 self._replace_node(replace(node, schedulable=True))
                 self.mig_stats["drain_gpu_s"] += (t - self.drain_since.pop(name)) * node.gpus
                 self.emit(t, "mig_drain_end", site=site, node=name)
+
+    def _forecast_stats(self) -> dict:
+        e = self.forecast_err
+        if self.forecast_lead_s is None or not e["hours"]:
+            return {}
+        return {"forecast": {"scored_hours": e["hours"], "profile_mae": round(e["profile_abs"] / e["hours"], 3),
+                             "last_hour_mae": round(e["last_hour_abs"] / e["hours"], 3)}}
+
+    def _hour_of_week(self, t: float) -> int:
+        local = self.local(t)
+        return local.weekday() * 24 + local.hour
+
+    def _mig_demand(self) -> dict[str, float]:
+        """Site/profile -> instances held or wanted now (running plus pending tasks)."""
+        out: dict[str, float] = {}
+        for r in self.running.values():
+            if r.spec.mig_profile is not None:
+                key = f"{r.site}/{r.spec.mig_profile}"
+                out[key] = out.get(key, 0) + len(r.placements)
+        for spec in self.pending.values():
+            if spec.mig_profile is not None:
+                for site in self.mig:
+                    key = f"{site}/{spec.mig_profile}"
+                    out[key] = out.get(key, 0) + spec.tasks
+        return out
+
+    def _observe_demand(self, t: float) -> None:
+        """Learn the hour's peak demand, scoring first what the profile had predicted for it."""
+        seen, self.hour_peak = self.hour_peak, {}
+        if t <= 0:
+            return
+        h = self._hour_of_week(t - 3600)  # the peak is the past hour's
+        for key in set(seen) | set(self.last_seen):
+            v = seen.get(key, 0.0)
+            guess = self.profile.predict(key, h)
+            if guess is not None:
+                self.forecast_err["hours"] += 1
+                self.forecast_err["profile_abs"] += abs(guess - v)
+                self.forecast_err["last_hour_abs"] += abs(self.last_seen.get(key, 0.0) - v)
+            self.profile.observe(key, h, v)
+        self.last_seen = seen
+
+    def _forecast(self, site: str, t: float) -> dict[str, int] | None:
+        if self.forecast_lead_s is None:
+            return None
+        h = self._hour_of_week(t + self.forecast_lead_s)
+        out = {}
+        for key in self.profile.slots:
+            s, profile = key.split("/", 1)
+            guess = self.profile.predict(key, h) if s == site else None
+            if guess:
+                out[profile] = math.ceil(guess)
+        return out
 
     def _on_mig_ready(self, t: float, name: str, gpu: int, layout) -> None:
         node = self.nodes.get(name)

@@ -1,0 +1,66 @@
+"""The tide, learned (pure): demand by hour of the week, exponentially weighted over past weeks.
+
+A series is anything counted per hour (GPUs a queue asks for, instances of a MIG profile a site
+needs). Each hour of the week keeps its own exponentially weighted mean of what was seen at that
+hour in past weeks, so the profile follows a drifting tide and forgets old weeks at rate
+`alpha`; an hour never seen has no prediction (None), which callers read as "no pre-warm".
+`held_out_error` scores a profile on days it did not learn from, against the naive forecast
+"the same as an hour ago", so its use can be shown, not assumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+HOURS = 168  # hours in a week
+
+
+@dataclass
+class WeeklyProfile:
+    alpha: float = 0.5  # weight of the newest week
+    slots: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def observe(self, key: str, hour_of_week: int, value: float) -> None:
+        s = self.slots.setdefault(key, [None] * HOURS)
+        h = hour_of_week % HOURS
+        s[h] = value if s[h] is None else self.alpha * value + (1 - self.alpha) * s[h]
+
+    def predict(self, key: str, hour_of_week: int) -> float | None:
+        s = self.slots.get(key)
+        return None if s is None else s[hour_of_week % HOURS]
+
+
+def learn(series: dict[str, Sequence[float]], first_hour_of_week: int = 0, alpha: float = 0.5) -> WeeklyProfile:
+    """A profile from hourly series that start at `first_hour_of_week` (0 = Monday 00:00)."""
+    p = WeeklyProfile(alpha)
+    for key, values in series.items():
+        for i, v in enumerate(values):
+            p.observe(key, first_hour_of_week + i, v)
+    return p
+
+
+def held_out_error(p: WeeklyProfile, series: dict[str, Sequence[float]], first_hour_of_week: int) -> dict[str, float]:
+    """Mean absolute error of the profile and of the naive last-hour forecast on `series`."""
+    err = naive = 0.0
+    n = 0
+    for key, values in series.items():
+        for i, v in enumerate(values):
+            guess = p.predict(key, first_hour_of_week + i)
+            err += abs((guess or 0.0) - v)
+            naive += abs((values[i - 1] if i else v) - v)
+            n += 1
+    return {"profile_mae": err / n if n else 0.0, "last_hour_mae": naive / n if n else 0.0}
+
+
+def hourly(intervals: Iterable[tuple[str, float, float, float]], start_s: float, hours: int) -> dict[str, list[float]]:
+    """Per key, the mean of `amount` over each hour from `start_s`, from (key, amount, from_s, to_s)."""
+    out: dict[str, list[float]] = {}
+    for key, amount, a, b in intervals:
+        s = out.setdefault(key, [0.0] * hours)
+        first, last = max(0, int((a - start_s) // 3600)), min(hours - 1, int((b - start_s) // 3600))
+        for h in range(first, last + 1):
+            lo, hi = max(a, start_s + h * 3600), min(b, start_s + (h + 1) * 3600)
+            if hi > lo:
+                s[h] += amount * (hi - lo) / 3600
+    return out

@@ -1,0 +1,96 @@
+"""The weekly demand profile on synthetic tides, and the simulator's forecast pre-warm."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+from federation.config import parse
+from federation.simulation.engine import SimOptions, Simulator
+from federation.simulation.traces import read_jsonl
+from policies.forecast import HOURS, WeeklyProfile, held_out_error, hourly, learn
+
+
+def tide(weeks: int, seed: int, noise: float = 1.0, drift: float = 0.0) -> list[float]:
+    """A workday tide: a daytime peak on weekdays, low nights and weekends, with noise."""
+    rng = random.Random(seed)
+    out = []
+    for h in range(weeks * HOURS):
+        day, hour = (h // 24) % 7, h % 24
+        peak = (12 if day < 5 else 3) * (1 + drift * h / HOURS)
+        out.append(max(0.0, 2 + peak * max(0.0, math.sin((hour - 7) / 12 * math.pi)) + rng.gauss(0, noise)))
+    return out
+
+
+def test_the_profile_learns_a_weekly_tide_and_beats_the_last_hour_on_held_out_days():
+    train, test = tide(3, seed=1), tide(1, seed=2)
+    p = learn({"online": train}, alpha=0.5)
+    err = held_out_error(p, {"online": test}, first_hour_of_week=0)
+    assert err["profile_mae"] < 1.5 < err["last_hour_mae"]
+    # Tuesday 13:00 is a peak, Sunday 03:00 is not
+    assert p.predict("online", 24 + 13) > 10 > 3 > p.predict("online", 6 * 24 + 3)
+
+
+def test_a_drifting_tide_is_followed_by_recent_weeks():
+    weeks = tide(4, seed=3, noise=0.0, drift=0.5)
+    fast, slow = learn({"q": weeks}, alpha=0.8), learn({"q": weeks}, alpha=0.1)
+    truth = tide(5, seed=3, noise=0.0, drift=0.5)[4 * HOURS:]
+    assert held_out_error(fast, {"q": truth}, 0)["profile_mae"] < held_out_error(slow, {"q": truth}, 0)["profile_mae"]
+
+
+def test_an_hour_never_seen_has_no_prediction():
+    p = WeeklyProfile()
+    p.observe("q", 5, 3.0)
+    assert p.predict("q", 5) == 3.0 and p.predict("q", 6) is None and p.predict("other", 5) is None
+
+
+def test_hourly_demand_from_intervals_is_time_weighted():
+    got = hourly([("a", 4.0, 1800.0, 5400.0), ("b", 1.0, 0.0, 100_000.0)], start_s=0.0, hours=3)
+    assert got == {"a": [2.0, 2.0, 0.0], "b": [1.0, 1.0, 1.0]}
+
+
+CONFIG = """
+federation: {name: fc, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    provider: {kind: simulated}
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2, mig: {enabled: true}}
+queues:
+  - {name: online, deserved: {gpu: 8}}
+  - {name: research, deserved: {gpu: 8}}
+policies:
+  TIDAL
+"""
+
+
+def daily_tide(days: int) -> list[dict]:
+    """Ten 1g inference jobs at 09:00 every day; a 16-GPU training gang from 20:00 to 06:00,
+    which needs every GPU whole (so the night undoes the day's slicing)."""
+    out = []
+    for d in range(days):
+        base = d * 86400
+        out += [{"id": f"inf-{d}-{i}", "queue": "online", "submit_s": base + 9 * 3600 + i, "tasks": 1, "mig_profile": "1g.10gb",
+                 "duration_s": 1800} for i in range(10)]
+        out.append({"id": f"train-{d}", "queue": "research", "submit_s": base + 20 * 3600, "tasks": 2, "gpus_per_task": 8, "duration_s": 36000})
+    return out
+
+
+def test_the_simulator_pre_warms_mig_slices_ahead_of_the_learned_peak(tmp_path: Path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in daily_tide(14)))
+    out = {}
+    for name, tidal in (("none", "tidal: []"), ("forecast", "tidal: [{name: prewarm, forecast: {history_days: 14, lead_s: 900}}]")):
+        f = parse(CONFIG.replace("TIDAL", tidal))
+        res = Simulator(f, read_jsonl(trace, f), SimOptions(seed=1)).run()
+        assert all(r.finish_s is not None for r in res.jobs.values())
+        out[name] = res.mig
+    # without a forecast every morning's ten jobs wait for the slicing; with one, only the first
+    # week's do (a Tuesday is predicted from the Tuesday before)
+    assert out["none"]["cold_starts"] == 140
+    assert out["forecast"]["cold_starts"] == 70
+    assert out["forecast"]["forecast"]["profile_mae"] < out["forecast"]["forecast"]["last_hour_mae"]
+    assert "forecast" not in out["none"]
