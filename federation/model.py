@@ -328,3 +328,4 @@ class Plan:
     capacity_requests: tuple[CapacityRequest, ...] = ()
     pending: dict[str, PendingReason] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job id -> reserved nodes
+    over_capability_since: dict[str, float] = field(default_factory=dict)  # queue -> since when (QuotaShrink)

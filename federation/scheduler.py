@@ -54,6 +54,7 @@ class Snapshot:
     queues: tuple[Queue, ...] | None = None  # effective quotas now (tidal); default: the config's
     burst_in_flight: frozenset[str] = frozenset()  # jobs the burst policy is provisioning for
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept from the last plan
+    over_capability_since: dict[str, float] = field(default_factory=dict)  # kept from the last plan
 
 
 @dataclass
@@ -147,7 +148,31 @@ class _Cycle:
     def run(self) -> Plan:
         for job in self._order():
             self._assign(job)
-        return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations)
+        over = self._shrink()
+        return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over)
+
+    def _shrink(self) -> dict[str, float]:
+        """Queues above their capability (a tidal window lowered it under their usage) give the
+        excess back gradually, as YuniKorn's quota preemption does: after
+        `quota_shrink_delay_s`, one job at a time (lowest priority, then the least work lost),
+        the next only once the previous has stopped; never non-preemptible jobs."""
+        delay = self.policies.preemption.quota_shrink_delay_s
+        over: dict[str, float] = {}
+        for name, q in self.quota.queues.items():
+            if self.quota.usage[name].fits_in(q.capability):
+                continue
+            since = over[name] = self.snap.over_capability_since.get(name, self.now)
+            if self.now - since < delay:
+                continue
+            mine = [r for r in self.running if name in self.quota.path(r.spec.queue)]
+            if any(r.preempting or r.spec.id in self.victims for r in mine):
+                continue  # one at a time
+            cands = [r for r in mine if r.spec.preemptible]
+            if cands:
+                victim = min(cands, key=lambda r: (r.spec.priority, -r.started_s, r.spec.id))
+                self.victims.add(victim.spec.id)
+                self.preemptions.append(Preemption(victim.spec.id, "QuotaShrink"))
+        return over
 
     # 2. order -------------------------------------------------------------------------------
 

@@ -147,6 +147,9 @@ class PreemptionPolicy(Strict):
     reclaim: bool = True
     grace_s: NonNegativeFloat = 120.0
     max_victims_per_cycle: PositiveInt = 16
+    # how long a queue may stay above a capability a tidal window lowered before its excess is
+    # preempted, one job at a time (the next once the previous has stopped)
+    quota_shrink_delay_s: NonNegativeFloat = 300.0
 
 
 class BurstPolicy(Strict):

@@ -200,7 +200,8 @@ class Controller:
             nodes = tuple(m.view(nodes))
         # the quotas of the tidal windows active now, as the simulator applies them
         plan = schedule(Snapshot(self.fed, nodes, tuple(running), tuple(pending), effective_queues(self.fed, self._local(now)), burst_in_flight=covered,
-                                 reservations=self.last_plan.reservations if self.last_plan else {}), now)
+                                 reservations=self.last_plan.reservations if self.last_plan else {},
+                                 over_capability_since=self.last_plan.over_capability_since if self.last_plan else {}), now)
         self.last_plan = plan
         for a in plan.admissions:
             row = self.store.get(a.job_id)

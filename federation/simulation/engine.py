@@ -91,6 +91,7 @@ class Simulator:
         self.in_flight: dict[str, burst_policy.InFlight] = {}
         self.blocked: dict[tuple[str, str], float] = {}
         self.reservations: dict = {}
+        self.over_capability: dict[str, float] = {}
         self.ledger = Ledger()
         self.samples: list[dict] = []
         self.cloud_stats = {"peak_nodes": 0, "scale_ups": 0, "scale_downs": 0}
@@ -441,21 +442,25 @@ class Simulator:
     def _cycle(self, t: float) -> None:
         local = self.local(t)
         queues = effective_queues(self.fed, local)
-        if queues != self.queues:
+        reshaped = queues != self.queues
+        if reshaped:
             self.queues = queues
             quota = QuotaTree(queues, node_capacity(self.nodes.values()))
             for r in self.running.values():
                 quota.add(r.spec.queue, r.usage)
             self.state.quota = quota
             self.dirty = True
-        if not self.pending and not self.cloud and not self.in_flight:
+        if not self.pending and not self.cloud and not self.in_flight and not self.over_capability and not reshaped:
             return
         pending = incremental_pending(self.pending, self.new_pending, self.reservations, full=self.dirty)
         self.new_pending = set()
         snap = Snapshot(self.fed, tuple(self.nodes.values()), tuple(self.running.values()), pending,
-                        queues, frozenset(j for f in self.in_flight.values() for j in f.jobs), self.reservations)
+                        queues, frozenset(j for f in self.in_flight.values() for j in f.jobs), self.reservations, self.over_capability)
         plan = schedule(snap, t, self.state)
         self.reservations = plan.reservations
+        if plan.over_capability_since and not self.over_capability:
+            self.push(t + self.fed.policies.preemption.quota_shrink_delay_s, "timer", "shrink")  # wake when the delay is up
+        self.over_capability = plan.over_capability_since
         self.dirty = bool(plan.admissions or plan.preemptions)
         for a in plan.admissions:
             self._start(t, a)
