@@ -220,6 +220,7 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
                     spot_interruptions_per_hour=g.spot_interruptions_per_hour,
                     racks=g.racks,
                     mig_enabled=g.mig.enabled,
+                    mig_backend=g.mig.backend,
                     instance_type=g.instance_type or g.machine_type,
                     rack_label=g.rack_label,
                 )

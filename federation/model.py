@@ -102,6 +102,7 @@ class NodeGroup:
     spot_interruptions_per_hour: float = 0.0
     racks: int = 1
     mig_enabled: bool = False
+    mig_backend: str = "auto"  # auto | gpu-operator | nvml | none
     instance_type: str | None = None
     rack_label: str | None = None  # the node label that names a node's rack (Kubernetes inventories)
 

@@ -52,6 +52,9 @@ class GpuModelSpec(Strict):
 
 class MigSetting(Strict):
     enabled: bool = False
+    # where layouts are applied: the GPU Operator on Kubernetes sites, NVML through a Ray job on
+    # the node elsewhere, or bookkeeping only (logical GPUs: local Ray workers, the simulator)
+    backend: Literal["auto", "gpu-operator", "nvml", "none"] = "auto"
 
 
 class NodeGroupSpec(Strict):
@@ -205,6 +208,7 @@ class MigPolicy(Strict):
     warm_pool: dict[str, dict[str, NonNegInt]] = {}
     reconfigure_drain_s: NonNegativeFloat = 300.0
     reconfigure_s: NonNegativeFloat = 60.0  # how long applying a GPU's layout takes (the simulator's delay)
+    agent_runtime_env: dict | None = None  # the NVML agent job's runtime_env, e.g. {"pip": ["nvidia-ml-py"]}
 
 
 class PoliciesSection(Strict):

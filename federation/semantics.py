@@ -105,6 +105,8 @@ def _check_sites(spec: schema.FederationSpec) -> list[Issue]:
                 issues.append(((*gat, "gpu_model"), f"unknown GPU model {g.gpu_model!r}; use one of {sorted(models)} or declare it under gpu_models:"))
             elif g.mig.enabled and not models.get(g.gpu_model or "", False):
                 issues.append(((*gat, "mig", "enabled"), f"{g.gpu_model} does not support MIG"))
+            if g.mig.backend == "gpu-operator" and getattr(site.provider, "kind", None) != "kubernetes":
+                issues.append(((*gat, "mig", "backend"), "the gpu-operator backend needs the site's provider to be kind: kubernetes"))
             if g.fallback is not None and (g.fallback not in names or g.fallback == g.name):
                 issues.append(((*gat, "fallback"), f"fallback {g.fallback!r} is not another node group of site {site.name!r}"))
             elastic = g.max_nodes is not None

@@ -118,6 +118,34 @@ class GpuOperatorBackend:
         raise ProviderFailure(TRANSIENT, f"ConfigMap {self.namespace}/{self.configmap} kept changing while we wrote it")
 
 
+class RayNvmlBackend:
+    """NVML on a bare-metal node of a Ray site: `providers.mig_agent` runs there as a Ray job
+    pinned to the node (its `federation-node/<name>` resource); the job's status is the state.
+    The job id is named by the layouts, so asking twice does not run it twice."""
+
+    def __init__(self, site, model_of, runtime_env: dict | None = None):
+        # model_of: node -> its GPU model; runtime_env: for the agent's job, e.g. {"pip": ["nvidia-ml-py"]}
+        self.site, self.model_of, self.runtime_env = site, model_of, runtime_env
+
+    @staticmethod
+    def job_id(node: str, layouts: Layouts) -> str:
+        return f"mig-{node.replace('/', '-')}-{config_name(layouts)[len('federation-'):]}"
+
+    def apply(self, node: str, layouts: Layouts) -> None:
+        arg = json.dumps({str(g): [list(i) for i in lay] for g, lay in sorted(layouts.items())})
+        entrypoint = f"python -m providers.mig_agent --model {self.model_of(node)} --layouts '{arg}'"
+        self.site.run_on_node(self.job_id(node, layouts), node, entrypoint, self.runtime_env)
+
+    def state(self, node: str, layouts: Layouts) -> ApplyState:
+        got = self.site.status(self.job_id(node, layouts))
+        if got == "SUCCEEDED":
+            return ApplyState("success")
+        if got in ("FAILED", "STOPPED", None):
+            tail = self.site.logs(self.job_id(node, layouts)).strip().splitlines()[-1:] if got else []
+            return ApplyState("failed", f"the MIG agent on {node} {'did not run' if got is None else got.lower()}: {' '.join(tail)}")
+        return ApplyState("pending", f"MIG agent job {got}")
+
+
 class NoDeviceBackend:
     """For sites whose GPUs cannot be sliced from here (local Ray workers with logical GPUs, or
     a fleet no backend reaches): the layout is only the federation's bookkeeping, so that MIG

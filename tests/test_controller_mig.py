@@ -104,3 +104,21 @@ def test_a_failed_reconfiguration_keeps_the_previous_layout(idc):
     clock[0] += 600
     ctl.tick()
     assert [s for *_, s, _ in ctl.store.mig_layouts()] == ["APPLYING"]
+
+
+def test_the_mig_backend_follows_the_site(tmp_path):
+    from federation.errors import ConfigError
+    from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend, RayNvmlBackend
+
+    def backend(provider: str, setting: str = "auto"):
+        text = CONFIG.replace("provider: {kind: kubernetes, host: URL}", provider).replace("mig: {enabled: true}", f"mig: {{enabled: true, backend: {setting}}}")
+        fed = parse(text.replace("URL", "http://127.0.0.1:9"))
+        inv = {"idc": KubernetesInventory(fed.site("idc"))} if "kubernetes" in provider else {}
+        return Controller(fed, Store(tmp_path / f"{len(provider)}{setting}.db"), {"idc": RaySite("idc", "http://127.0.0.1:9")}, inventories=inv).mig["idc"].backend
+
+    assert isinstance(backend("provider: {kind: kubernetes, host: URL}"), GpuOperatorBackend)
+    assert isinstance(backend("provider: {kind: local}"), NoDeviceBackend)  # logical GPUs
+    assert isinstance(backend(""), RayNvmlBackend)  # a bare-metal Ray site
+    assert isinstance(backend("provider: {kind: kubernetes, host: URL}", "none"), NoDeviceBackend)
+    with pytest.raises(ConfigError, match="mig.backend.*kind: kubernetes"):
+        backend("", "gpu-operator")  # fedctl validate says so first

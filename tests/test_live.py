@@ -332,3 +332,39 @@ def test_a_job_waits_for_a_local_burst_node_runs_there_and_the_idle_node_goes_ba
         prov.close()
         for r in store.jobs({"RUNNING", "ADMITTED", "PENDING"}):
             ctl.stop(r.id)
+
+
+def test_the_nvml_agent_applies_a_layout_on_its_node_as_a_pinned_ray_job(ray_site, tmp_path):
+    """RayNvmlBackend on the local cluster. The agent's job gets a fake `pynvml` through its
+    working_dir (this machine has no GPU, and no test may touch a real one's MIG state)."""
+    import shutil
+
+    import requests
+    from ray.job_submission import JobSubmissionClient
+
+    from providers.mig_backends import RayNvmlBackend
+
+    wd = tmp_path / "agent"
+    wd.mkdir()
+    shutil.copy(Path(__file__).parent / "fakes" / "nvml.py", wd / "fake_nvml.py")
+    (wd / "pynvml.py").write_text("import sys\nimport fake_nvml\nsys.modules[__name__] = fake_nvml.FakeNvml('A100-80GB', gpus=4)\n")
+    backend = RayNvmlBackend(RaySite("idc", ray_site), lambda node: "A100-80GB", {"working_dir": str(wd)})
+
+    def settle(node, layouts):
+        deadline = time.time() + 120
+        while (st := backend.state(node, layouts)).state == "pending" and time.time() < deadline:
+            time.sleep(0.5)
+        return st
+
+    good = {0: [("3g.40gb", 4), ("1g.10gb", 0)], 1: []}
+    backend.apply("idc/gpu-1", good)
+    backend.apply("idc/gpu-1", good)  # the same request again is the same job
+    assert settle("idc/gpu-1", good).state == "success"
+    job = backend.job_id("idc/gpu-1", good)
+    driver = JobSubmissionClient(ray_site).get_job_info(job).driver_node_id
+    nodes = requests.get(f"{ray_site}/api/v0/nodes", params={"limit": 100, "detail": "true"}, timeout=30).json()["data"]["result"]["result"]
+    assert "federation-node/idc/gpu-1" in {n["node_id"]: set(n["resources_total"]) for n in nodes}[driver]
+    bad = {0: [("4g.40gb", 4)]}  # a 4g instance starts only at slice 0: NVML refuses it
+    backend.apply("idc/gpu-0", bad)
+    st = settle("idc/gpu-0", bad)
+    assert st.state == "failed" and "Insufficient Resources" in st.message

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from federation.errors import BadSubmission, JobRejected
+from federation.errors import BadSubmission, FederationError, JobRejected
 from federation.feasibility import check_job
 from federation.jobs import make_job
 from federation.mig.manager import CAPACITY_REASONS, MigManager
@@ -30,7 +30,7 @@ from policies import burst as burst_policy
 from policies.tidal import active_policies, effective_burst, effective_queues, next_transition
 from providers.base import Provider
 from providers.kubernetes import KubernetesInventory
-from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend
+from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend, RayNvmlBackend
 
 META_INT = ("tasks", "min_tasks", "gpu_milli_per_task")
 META_FLOAT = ("gpus_per_task", "cpus_per_task", "memory_gib_per_task")
@@ -112,10 +112,23 @@ class Controller:
         self._resume()
 
     def _mig_backend(self, site: str):
-        """The GPU Operator where the site's fleet is a Kubernetes inventory; elsewhere (local Ray
-        workers) the layout is the federation's bookkeeping only."""
+        """`mig.backend` of the site's MIG groups; `auto` is the GPU Operator where the fleet is a
+        Kubernetes inventory, bookkeeping only for local and simulated nodes (logical GPUs), and
+        NVML through a Ray job on the node for any other Ray site (bare metal)."""
+        s = self.fed.site(site)
+        choice = next(g.mig_backend for g in s.node_groups if g.mig_enabled)
         inv = self.inventories.get(site)
-        return GpuOperatorBackend(inv) if isinstance(inv, KubernetesInventory) else NoDeviceBackend()
+        if choice == "auto":
+            kind = getattr(s.provider, "kind", None)
+            choice = "gpu-operator" if isinstance(inv, KubernetesInventory) else "none" if kind in ("local", "simulated") else "nvml"
+        if choice == "gpu-operator":
+            if not isinstance(inv, KubernetesInventory):
+                raise FederationError(f"site {site}: mig.backend gpu-operator needs a kubernetes provider")
+            return GpuOperatorBackend(inv)
+        if choice == "nvml" and site in self.sites:
+            return RayNvmlBackend(self.sites[site], lambda node: next(n.gpu_model for n in self.nodes if n.name == node),
+                                  self.fed.policies.mig.agent_runtime_env)
+        return NoDeviceBackend()
 
     def _resume(self) -> None:
         """Requests journaled before a restart: cloud ones are picked up (never made twice), the

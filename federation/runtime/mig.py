@@ -17,6 +17,7 @@ from datetime import datetime
 
 from federation.mig.manager import MigManager
 from federation.model import Federation, JobSpec, Node, RunningJob
+from federation.runtime.sites import SiteUnavailable
 from federation.store import Store
 from providers.errors import ProviderFailure
 
@@ -82,7 +83,7 @@ class LiveMig:
             target = self._node_layouts(name, by_name[name].gpus)
             try:
                 self.backend.apply(name, target)
-            except ProviderFailure as e:
+            except (ProviderFailure, SiteUnavailable) as e:
                 self.log(f"{self.site}: cannot re-slice {name}: {e}")
                 self._revert(name, now)
                 continue
@@ -98,7 +99,7 @@ class LiveMig:
                 continue
             try:
                 st = self.backend.state(name, self._node_layouts(name, nodes[name].gpus))
-            except ProviderFailure as e:
+            except (ProviderFailure, SiteUnavailable) as e:
                 self.log(f"{self.site}: cannot read {name}'s MIG state: {e}")
                 continue
             if st.state == "success":

@@ -13,7 +13,7 @@ import requests
 
 from federation.errors import FederationError
 from federation.runtime.packages import PROTOCOL
-from federation.runtime.pinning import entrypoint_options
+from federation.runtime.pinning import entrypoint_options, node_resource
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -42,15 +42,23 @@ class RaySite:
         """Start the job at the site; a dispatch id the site already has is not started again."""
         env = dict(runtime_env or {})
         env["env_vars"] = {**env.get("env_vars", {}), "FEDERATION_ALLOCATION": json.dumps(allocation), "FEDERATION_JOB_ID": allocation["job"]}
+        self._submit(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=env, metadata={"federation-job": allocation["job"]},
+                     **entrypoint_options(allocation))
+
+    def _submit(self, **kwargs) -> None:
         try:
-            self.client.submit_job(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=env, metadata={"federation-job": allocation["job"]},
-                                   **entrypoint_options(allocation))
+            self.client.submit_job(**kwargs)
         except RuntimeError as e:
             if "already exists" in str(e):
                 return  # dispatched before a restart: idempotent by dispatch id
             raise SiteUnavailable(f"site {self.name}: submit failed: {e}") from None
         except ConnectionError as e:
             raise SiteUnavailable(f"site {self.name}: {e}") from None
+
+    def run_on_node(self, dispatch_id: str, node: str, entrypoint: str, runtime_env: dict | None = None) -> None:
+        """Run a federation job (the MIG agent) on one node, by its `federation-node/<name>` resource."""
+        self._submit(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=runtime_env, entrypoint_num_cpus=0,
+                     entrypoint_resources={node_resource(node): 0.001}, metadata={"federation-task": "mig"})
 
     def ensure_package(self, name: str, data: Callable[[], bytes | None]) -> None:
         """Hand an uploaded runtime_env package to the site's cluster unless it has it already
