@@ -389,6 +389,12 @@ class Controller:
         except SiteUnavailable as e:
             self.store.update(job_id, message=f"dispatch pending: {e}")
             return
+        if self.store.get(job_id).status == "STOPPED":  # the user stopped it while it was being dispatched
+            try:
+                site.stop(row.dispatch_id)
+            except SiteUnavailable as e:
+                self.log(f"{row.site}: job {job_id} was stopped during its dispatch and cannot be stopped there: {e}")
+            return
         self.store.update(job_id, status="RUNNING", message=f"running at {row.site}")
 
     def _sync(self, now: float) -> None:

@@ -93,7 +93,12 @@ class RaySite:
             return ""
 
     def stop(self, dispatch_id: str) -> None:
+        """Stop the job at the site; one the site never got has nothing to stop."""
         try:
             self.client.stop_job(dispatch_id)
-        except (RuntimeError, ConnectionError) as e:
+        except RuntimeError as e:
+            if "does not exist" in str(e):
+                return
+            raise SiteUnavailable(f"site {self.name}: stop failed: {e}") from None
+        except ConnectionError as e:
             raise SiteUnavailable(f"site {self.name}: stop failed: {e}") from None
