@@ -70,6 +70,18 @@ def test_a_waiting_mig_job_gets_an_instance_on_an_idle_gpu():
     assert [p for p, _ in r.layout].count("1g.10gb") >= 2 and r.kept == ()
 
 
+def test_a_mig_job_of_a_queue_kept_to_other_sites_slices_nothing_here():
+    f = parse(CONFIG.replace("WARM", "").replace("TIDAL", "").replace("{name: online, deserved: {gpu: 2}}", "{name: online, deserved: {gpu: 2}, sites: [elsewhere]}")
+              .replace("queues:", """  - name: elsewhere
+    kind: idc
+    provider: {kind: simulated}
+    node_groups:
+      - {name: a30, gpu_model: A30-24GB, gpus_per_node: 1, cpus_per_node: 8, memory_gib_per_node: 64, count: 1, mig: {enabled: true}}
+queues:"""))
+    job = make_job(f, id="m", queue="online", submit_s=0.0, mig_profile="1g.10gb")
+    assert MigManager(f, "idc").decide(0.0, NIGHT, nodes(), [], [job]).reconfigure == ()
+
+
 def test_sliced_gpus_are_extended_before_a_whole_gpu_is_sliced():
     f = fed()
     lay = {(0, 0): [("1g.10gb", 0)]}

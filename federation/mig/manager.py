@@ -125,7 +125,8 @@ class MigManager:
         targets = self._targets(local)
         mig_wait = Counter()
         for j in waiting:
-            if j.mig_profile is not None:
+            sites = self.queue_sites.get(j.queue)
+            if j.mig_profile is not None and (sites is None or self.site in sites):  # not for a queue kept to other sites
                 mig_wait[j.mig_profile] += j.min_tasks or j.tasks
         changes: list[Reconfigure] = []
         cordon: list[str] = []
