@@ -49,6 +49,16 @@ class NVMLError(Exception):
         return names.get(self.value, f"NVML error {self.value}") + (f" ({self.what})" if self.what else "")
 
 
+def _fill(found: list, arrayRef, countRef) -> int:
+    """What the C API does with a caller's array and a `byref` count."""
+    if len(found) > len(arrayRef):
+        raise NVMLError(7, "array too small")
+    for i, item in enumerate(found):
+        arrayRef[i] = item
+    countRef._obj.value = len(found)
+    return NVML_SUCCESS
+
+
 def _constant(p) -> int:
     if p.name.endswith("+me"):
         return 7 if p.compute == 1 else 8
@@ -113,13 +123,7 @@ class FakeNvml:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED, f"profile {profile}")
 
     def nvmlDeviceGetGpuInstances(self, device, profileId, gpuInstancesRef, countRef):
-        found = [gi for gi in device.gis if gi.profile_id == profileId]
-        if len(found) > len(gpuInstancesRef):
-            raise NVMLError(7, "array too small")
-        for i, gi in enumerate(found):
-            gpuInstancesRef[i] = gi
-        countRef._obj.value = len(found)
-        return NVML_SUCCESS
+        return _fill([gi for gi in device.gis if gi.profile_id == profileId], gpuInstancesRef, countRef)
 
     def nvmlGpuInstanceGetInfo(self, gi):
         return SimpleNamespace(id=gi.id, profileId=gi.profile_id, placement=c_nvmlGpuInstancePlacement_t(gi.start, gi.size))
@@ -164,11 +168,7 @@ class FakeNvml:
         return ci
 
     def nvmlGpuInstanceGetComputeInstances(self, gi, profileId, computeInstancesRef, countRef):
-        found = [c for c in gi.cis if c.profile_id == profileId]
-        for i, c in enumerate(found):
-            computeInstancesRef[i] = c
-        countRef._obj.value = len(found)
-        return NVML_SUCCESS
+        return _fill([c for c in gi.cis if c.profile_id == profileId], computeInstancesRef, countRef)
 
     def nvmlComputeInstanceDestroy(self, ci):
         if ci.busy:
