@@ -39,13 +39,20 @@ def feasible_sites(fed: Federation, job: JobSpec) -> frozenset[str]:
 
 def tasks_per_node(g: NodeGroup, job: JobSpec) -> int:
     """Tasks of `job` an empty node of the group holds (MIG GPUs counted as sliced for its profile)."""
+    return min(job.tasks, _tasks_per_empty_node(g, job.per_task, job.gpu_models, job.mig_profile))
+
+
+@lru_cache(maxsize=4096)
+def _tasks_per_empty_node(g: NodeGroup, per_task: Resources, gpu_models: tuple[str, ...], mig_profile: str | None) -> int:
+    """Cached by shape: checked for every submitted job, and a trace has thousands of alike ones."""
     r = g.node_resources
     layout = ()
-    if job.mig_profile is not None and group_fits(g, job.per_task, job.gpu_models, job.mig_profile):
-        prof = MIG_CATALOG[g.gpu_model].profiles[job.mig_profile]
+    if mig_profile is not None and group_fits(g, per_task, gpu_models, mig_profile):
+        prof = MIG_CATALOG[g.gpu_model].profiles[mig_profile]
         layout = tuple((gpu, prof.name, s) for gpu in range(g.gpus_per_node) for s in prof.starts[:prof.max_count])
     empty = NodeState(Node("probe", g.site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib, mig_layout=layout))
-    return tasks_that_fit(job, empty, job.tasks)
+    probe = JobSpec("probe", "", 1 << 30, per_task, 0.0, gpu_models=gpu_models, mig_profile=mig_profile)
+    return tasks_that_fit(probe, empty, probe.tasks)
 
 
 def most_tasks_at_a_site(fed: Federation, job: JobSpec, sites: frozenset[str] | set[str]) -> int:
