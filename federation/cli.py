@@ -120,6 +120,7 @@ def trace_generate(
     training_queue: Annotated[str, typer.Option("--training-queue")] = "research-nlp",
     batch_queue: Annotated[str, typer.Option("--batch-queue")] = "batch",
     inference_mig: Annotated[str | None, typer.Option("--inference-mig", help="Run inference on MIG instances of this profile, e.g. 1g.10gb.")] = None,
+    inference_mig_share: Annotated[float, typer.Option("--inference-mig-share", min=0, max=1, help="The share of inference on --inference-mig.")] = 1.0,
     max_gang_nodes: Annotated[int, typer.Option("--max-gang-nodes", min=1, help="The most whole nodes a training gang spans.")] = 8,
 ) -> None:
     """Write a synthetic trace: a diurnal tide of inference by day, training and batch by night."""
@@ -128,7 +129,7 @@ def trace_generate(
     if pattern not in ("tidal", "uniform"):
         raise FederationError(f"--pattern: {pattern!r} is not tidal or uniform")
     records = generate({"inference": inference_queue, "training": training_queue, "batch": batch_queue}, jobs=jobs, days=days, seed=seed, pattern=pattern,
-                       inference_mig=inference_mig, max_gang_nodes=max_gang_nodes)
+                       inference_mig=inference_mig, inference_mig_share=inference_mig_share, max_gang_nodes=max_gang_nodes)
     out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     err.print(f"wrote {len(records)} jobs to {out}")
 

@@ -195,6 +195,20 @@ def deserved_of(spec: schema.FederationSpec) -> dict[str, Resources]:
     return out
 
 
+def inherited(spec: schema.FederationSpec, field: str, default):
+    """Per queue, its own `field`, else its nearest ancestor's, else `default`."""
+    by_name = {q.name: q for q in spec.queues}
+    out = {}
+    for q in spec.queues:
+        cur, seen = q, set()
+        while getattr(cur, field) is None and cur.parent in by_name and cur.name not in seen:
+            seen.add(cur.name)  # a cycle is reported by check_semantics
+            cur = by_name[cur.parent]
+        v = getattr(cur, field)
+        out[q.name] = default if v is None else v
+    return out
+
+
 def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federation:
     gpu_models: dict[str, GpuModel] = dict(BUILTIN_GPU_MODELS)
     for m in spec.gpu_models:
@@ -227,6 +241,7 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
             )
         sites.append(Site(s.name, s.kind, s.ray_address, s.provider, tuple(groups)))
     deserved = deserved_of(spec)
+    sites_of, burst_of = inherited(spec, "sites", None), inherited(spec, "burst", False)
     queues = tuple(
         Queue(
             name=q.name,
@@ -237,8 +252,8 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
             borrowing_limit=limit(q.borrowing_limit),
             lending_limit=limit(q.lending_limit),
             weight=q.weight,
-            sites=tuple(q.sites) if q.sites is not None else None,
-            burst=q.burst,
+            sites=tuple(sites_of[q.name]) if sites_of[q.name] is not None else None,
+            burst=burst_of[q.name],
         )
         for q in spec.queues
     )

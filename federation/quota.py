@@ -50,7 +50,7 @@ class QuotaTree:
         self.tops = [q.name for q in queues if q.parent is None]
         self._paths = {q.name: self._path(q.name) for q in queues}
         self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
-        self.reserve = {q.name: _reserve(q) for q in queues}
+        self.reserve = {q.name: reserve_of(q) for q in queues}
         self.held: dict[str, Resources] = {}
         self.kids_held: dict[str, Resources] = {}  # sum of held over the children, per parent
         for t in self.tops:
@@ -187,7 +187,7 @@ class QuotaTree:
         return tuple(self.share(a, r) for a in reversed(self._paths[leaf]))
 
 
-def _reserve(q: Queue) -> Resources:
+def reserve_of(q: Queue) -> Resources:
     d, g, lend = q.deserved, q.guarantee, q.lending_limit
     vals = []
     for dv, gv, lv in zip(d.as_tuple(), g.as_tuple(), lend.as_tuple(), strict=True):

@@ -24,6 +24,7 @@ from functools import cached_property
 from federation.cluster import GPU, ClusterState, NodeState, tasks_that_fit
 from federation.errors import SnapshotError
 from federation.feasibility import feasible_sites
+from federation.holds import Holds
 from federation.model import (
     Admission,
     CapacityRequest,
@@ -55,6 +56,7 @@ class Snapshot:
     burst_in_flight: frozenset[str] = frozenset()  # jobs the burst policy is provisioning for
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept from the last plan
     over_capability_since: dict[str, float] = field(default_factory=dict)  # kept from the last plan
+    upcoming_reserves: dict[str, int] = field(default_factory=dict)  # queue -> GPU milli a window about to open reserves
 
 
 @dataclass
@@ -130,6 +132,7 @@ class _Cycle:
         self.no_fit: set[tuple] = set()  # shapes no site can place now
         self.failed: dict[tuple, PendingReason] = {}  # (queue, priority, shape) -> reason once preemption failed too
         self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
+        self.holds = Holds(self.quota, self.cluster, snap.upcoming_reserves)
 
     # Indexes of the running jobs, built only when a cycle first considers preemption: most
     # cycles never do, and with tens of thousands of running jobs they would dominate.
@@ -148,6 +151,11 @@ class _Cycle:
     def run(self) -> Plan:
         for job in self._order():
             self._assign(job)
+        if self.holds:
+            budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
+            for r in self.holds.prepare(self.running, self.victims, budget):
+                self.victims.add(r.spec.id)
+                self.preemptions.append(Preemption(r.spec.id, "WindowPrepare"))
         over = self._shrink()
         return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over)
 
@@ -232,14 +240,31 @@ class _Cycle:
                 self._request_capacity(job)
             return
         shape = (tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile)
+        held_by = None
         if shape not in self.no_fit:
             for site in sites:
                 placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
-                if placed is not None:
-                    self.quota.add(job.queue, job.per_task.times(len(placed)))
-                    self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=verdict.borrowing))
-                    return
-            self.no_fit.add(shape)  # free capacity only shrinks during a cycle: the shape will not fit again
+                if placed is None:
+                    continue
+                usage = job.per_task.times(len(placed))
+                if self.holds and (hold := self.holds.blocker(job.queue, site, usage.gpu_milli)) is not None:
+                    self.cluster.apply(job, placed, -1)
+                    held_by = hold
+                    continue
+                self.quota.add(job.queue, usage)
+                if self.holds:
+                    self.holds.placed(site, usage.gpu_milli)
+                self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=verdict.borrowing))
+                return
+            if held_by is None:
+                self.no_fit.add(shape)  # free capacity only shrinks during a cycle: the shape will not fit again
+        if held_by is not None:
+            # it would fit but for another queue's guarantee: waiting (or cloud) is the way, not preemption
+            self.pending[job.id] = PendingReason(
+                "ReservedForQueue", f"the free GPUs of {', '.join(sorted(held_by.sites))} are held for queue {held_by.queue!r}'s guarantee "
+                f"({self.holds.held(held_by) / 1000:g} GPUs)", need)
+            self._request_capacity(job)
+            return
         pkey = (job.queue, job.priority, shape)
         reason = self.failed.get(pkey)
         if reason is None:

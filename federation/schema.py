@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 NonNegInt = Annotated[int, Field(ge=0)]
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -137,8 +137,10 @@ class QueueSpec(Strict):
     borrowing_limit: ResourceMap = ResourceMap()
     lending_limit: ResourceMap = ResourceMap()
     weight: Annotated[float, Field(gt=0)] = 1.0
+    # unset: as the nearest ancestor that sets them (jobs go to leaves, so a parent's setting
+    # is what its children do); at the top, every site and no burst
     sites: list[str] | None = None
-    burst: bool = False
+    burst: bool | None = None
 
 
 class PlacementPolicy(Strict):
@@ -184,9 +186,16 @@ class MigTarget(Strict):
 
 
 class Window(Strict):
+    """Either `start`/`end` (HH:MM, on `days`), or a `cron` expression with a `duration_s`."""
+
     days: list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]] | None = None
-    start: str
-    end: str
+    start: str | None = None
+    end: str | None = None
+    cron: str | None = None  # five fields, read in the federation's timezone: "0 8 * * 1-5"
+    duration_s: PositiveFloat | None = None
+    # how long before `start` the guarantees it raises are made ready (held idle, borrowers
+    # preempted); unset: the preemption grace or the MIG drain, whichever is longer
+    prepare_s: NonNegativeFloat | None = None
 
 
 class Forecast(Strict):

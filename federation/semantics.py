@@ -9,6 +9,8 @@ import re
 from collections import Counter
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from croniter import croniter
+
 from federation import schema
 from federation.gpus import BUILTIN_GPU_MODELS
 from federation.mig.catalog import CATALOG as MIG_CATALOG
@@ -33,6 +35,30 @@ def parse_hhmm(text: str) -> int | None:
         return None
     h, m = text.split(":")
     return int(h) * 60 + int(m)
+
+
+def _check_window(w: schema.Window, at: tuple) -> list[Issue]:
+    if w.cron is not None:
+        issues: list[Issue] = []
+        if w.start is not None or w.end is not None or w.days is not None:
+            issues.append((at, "give either cron with duration_s, or days/start/end, not both"))
+        if w.duration_s is None:
+            issues.append(((*at, "duration_s"), "a cron window needs duration_s: how long each opening lasts"))
+        if not croniter.is_valid(w.cron) or len(w.cron.split()) != 5:
+            issues.append(((*at, "cron"), f"cron expression {w.cron!r} does not parse; write five fields, e.g. \"0 8 * * 1-5\""))
+        return issues
+    if w.start is None or w.end is None:
+        return [((*at, "start" if w.start is None else "end"), "a window needs start and end (HH:MM), or cron with duration_s")]
+    if w.duration_s is not None:
+        return [((*at, "duration_s"), "duration_s goes with cron; a start/end window ends at its end")]
+    issues = []
+    for key in ("start", "end"):
+        v = getattr(w, key)
+        if parse_hhmm(v) is None or (key == "start" and v == "24:00"):
+            issues.append(((*at, key), f"time {v!r} does not parse; write HH:MM (00:00-23:59)"))
+    if w.start == w.end:
+        issues.append(((*at, "end"), "a window's start and end must differ"))
+    return issues
 
 
 def apply_override(q: schema.QueueSpec, o: schema.QueueOverride) -> schema.QueueSpec:
@@ -231,12 +257,7 @@ def _check_policies(spec: schema.FederationSpec) -> list[Issue]:
         if t.window is None and t.forecast is None:
             issues.append((at, "a tidal policy needs a window or a forecast"))
         if t.window is not None:
-            for key in ("start", "end"):
-                v = getattr(t.window, key)
-                if parse_hhmm(v) is None or (key == "start" and v == "24:00"):
-                    issues.append(((*at, "window", key), f"time {v!r} does not parse; write HH:MM (00:00-23:59)"))
-            if t.window.start == t.window.end:
-                issues.append(((*at, "window", "end"), "a window's start and end must differ"))
+            issues += _check_window(t.window, (*at, "window"))
         if t.forecast is not None and (t.queues or t.mig or t.burst):
             issues.append(((*at, "forecast"), "a forecast policy pre-warms capacity; give quota, MIG and burst overrides in a window policy"))
         unknown = [n for n in t.queues if n not in {q.name for q in spec.queues}]

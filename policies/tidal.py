@@ -1,24 +1,32 @@
 """Tidal windows: which policies are active at a local time, and the quotas they make effective.
 
 Windows are read in the federation's timezone (zoneinfo handles DST). A window with `days`
-starts on those days; one that crosses midnight (22:00-08:00) runs into the next day. Where
-active windows overlap, the later-listed policy wins per field; a field an override leaves out
-keeps its configured value.
+starts on those days; one that crosses midnight (22:00-08:00) runs into the next day. A cron
+window opens at each firing of its expression and lasts `duration_s`. Where active windows
+overlap, the later-listed policy wins per field; a field an override leaves out keeps its
+configured value. A window is prepared `prepare_s` before it opens: the reserves it raises are
+held from then (`federation.holds`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
+
+from croniter import croniter
 
 from federation import schema
 from federation.model import Federation, Queue, Resources
+from federation.quota import reserve_of
 from federation.semantics import parse_hhmm
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 def window_active(w: schema.Window, local: datetime) -> bool:
+    if w.cron is not None:
+        fired = croniter(w.cron, local + timedelta(seconds=1)).get_prev(datetime)  # the last firing at or before `local`
+        return (local - fired).total_seconds() < w.duration_s
     start, end = parse_hhmm(w.start), parse_hhmm(w.end)
     minute = local.hour * 60 + local.minute
     days = set(w.days or DAYS)
@@ -88,15 +96,57 @@ def effective_burst(fed: Federation, local: datetime) -> tuple[bool, float]:
     return enabled, budget
 
 
-def next_transition(fed: Federation, local: datetime, horizon_h: int = 8 * 24) -> datetime | None:
-    """The next minute at which the set of active windows changes (None within the horizon)."""
-    now = {t.name for t in active_policies(fed, local)}
-    t = local.replace(second=0, microsecond=0)
-    for _ in range(horizon_h * 60):
-        t += timedelta(minutes=1)
-        if {p.name for p in active_policies(fed, t)} != now:
-            return t
-    return None
+def prepare_s(fed: Federation, w: schema.Window) -> float:
+    """How long before it opens a window's raised reserves are made ready."""
+    if w.prepare_s is not None:
+        return w.prepare_s
+    return max(fed.policies.preemption.grace_s, fed.policies.mig.reconfigure_drain_s)
+
+
+def opening(fed: Federation, local: datetime) -> list[schema.TidalPolicy]:
+    """Window policies not active now that open within their `prepare_s`."""
+    return [t for t in fed.policies.tidal if t.window is not None and not window_active(t.window, local)
+            and window_active(t.window, local + timedelta(seconds=prepare_s(fed, t.window)))]
+
+
+def upcoming_reserves(fed: Federation, local: datetime) -> dict[str, int]:
+    """Queue -> the GPU milli it will hold (its reserve) once the windows about to open are open."""
+    out: dict[str, int] = {}
+    for t in opening(fed, local):
+        then = local + timedelta(seconds=prepare_s(fed, t.window))
+        for q in effective_queues(fed, then):
+            out[q.name] = max(out.get(q.name, 0), reserve_of(q).gpu_milli)
+    return out
+
+
+def _edges(fed: Federation, w: schema.Window, local: datetime, horizon: timedelta, prepare: bool):
+    """Times at which `w` may open or close (or start preparing) between `local` and the horizon."""
+    lead = timedelta(seconds=prepare_s(fed, w)) if prepare else timedelta(0)
+    if w.cron is not None:
+        duration = timedelta(seconds=w.duration_s)
+        it = croniter(w.cron, local - duration)
+        while (fired := it.get_next(datetime)) <= local + horizon + lead:
+            yield from (fired, fired + duration, fired - lead)
+        return
+    for day in range(-1, horizon.days + 2):
+        date = (local + timedelta(days=day)).date()
+        for m in (parse_hhmm(w.start), parse_hhmm(w.end)):
+            at = datetime.combine(date, time(0), local.tzinfo) + timedelta(minutes=m)
+            yield from (at, at - lead)
+
+
+def next_transition(fed: Federation, local: datetime, horizon_h: int = 8 * 24, prepare: bool = False) -> datetime | None:
+    """The next time the set of active windows changes (with `prepare`, also the set of windows
+    being prepared), or None within the horizon."""
+    horizon = timedelta(hours=horizon_h)
+
+    def phase(at: datetime) -> tuple:
+        return ({p.name for p in active_policies(fed, at)}, {p.name for p in opening(fed, at)} if prepare else ())
+
+    now = phase(local)
+    edges = sorted({e for t in fed.policies.tidal if t.window is not None for e in _edges(fed, t.window, local, horizon, prepare)
+                    if local < e <= local + horizon})
+    return next((e for e in edges if phase(e) != now), None)
 
 
 def effective_mig(fed: Federation, local: datetime) -> dict[str, dict[str, schema.MigTarget]]:

@@ -37,6 +37,8 @@ def test_the_example_means_what_its_comments_say():
     assert vision.lending_limit.gpu_milli == 16_000 and vision.parent == "research"
     nlp = fed.queue("research-nlp")
     assert nlp.borrowing_limit.gpu_milli == 64_000 and nlp.lending_limit.gpu_milli == UNLIMITED
+    # `burst: true` on research is what its children (where jobs go) do; they set no `sites`, nor does it
+    assert nlp.burst and vision.burst and nlp.sites is None and not fed.queue("batch").sites
     aws = fed.site("aws-us-east-1")
     spot = aws.node_group("p4d-spot")
     assert spot.spot and spot.fallback == "p4d-on-demand" and spot.max_nodes == 4 and spot.boot_s == 420
@@ -68,6 +70,9 @@ INVALID = [
     ("a MIG profile the GPU model does not have", ("inference-small: {1g.10gb: 7}", "inference-small: {1g.5gb: 7}"), "policies.tidal.0.mig.idc-beijing.a100-80g.layout", "does not have"),
     ("an unknown GPU model", ("gpu_model: H100-80GB", "gpu_model: H100-81GB"), "sites.0.node_groups.1.gpu_model", "unknown GPU model"),
     ("a time window that does not parse", ('start: "22:00", end: "08:00"', 'start: "25:00", end: "08:00"'), "policies.tidal.1.window.start", "does not parse"),
+    ("a cron window that does not parse", ('window: {start: "22:00", end: "08:00"}', 'window: {cron: "0 25 * * *", duration_s: 3600}'), "policies.tidal.1.window.cron", "does not parse"),
+    ("a cron window without its duration", ('window: {start: "22:00", end: "08:00"}', 'window: {cron: "0 22 * * *"}'), "policies.tidal.1.window.duration_s", "needs duration_s"),
+    ("a window with both forms", ('window: {start: "22:00", end: "08:00"}', 'window: {start: "22:00", end: "08:00", cron: "0 22 * * *", duration_s: 60}'), "policies.tidal.1.window", "not both"),
     ("a window that breaks the queue rules", ("online: {guarantee: {gpu: 8}, deserved: {gpu: 8}}", "online: {guarantee: {gpu: 9}, deserved: {gpu: 8}}"), "policies.tidal.1.queues.online.guarantee.gpu", "during window"),
     ("an unknown parent", ("parent: research\n    deserved: {gpu: 24}", "parent: reserch\n    deserved: {gpu: 24}"), "queues.3.parent", "unknown parent"),
     ("a duplicate key", ("  name: acme-gpu", "  name: acme-gpu\n  name: other"), "federation.name", "duplicate key"),
@@ -116,3 +121,12 @@ def test_fedctl_validate_prints_one_line_per_problem_and_exits_2(tmp_path, examp
     assert len(lines) == 2
     assert all(line.startswith(f"{bad}:") for line in lines)
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_a_child_queue_takes_sites_and_burst_from_its_nearest_ancestor_unless_it_sets_them():
+    text = (CONFIGS / "idc-aws-gcp.yaml").read_text().replace(
+        "    weight: 1\n    burst: true\n  - name: research-nlp", "    weight: 1\n    burst: true\n    sites: [idc-beijing, gcp-us-central1]\n  - name: research-nlp"
+    ).replace("    parent: research\n    deserved: {gpu: 24}", "    parent: research\n    deserved: {gpu: 24}\n    burst: false\n    sites: [idc-beijing]")
+    fed = parse(text)
+    assert fed.queue("research-nlp").sites == ("idc-beijing", "gcp-us-central1") and fed.queue("research-nlp").burst
+    assert fed.queue("research-vision").sites == ("idc-beijing",) and not fed.queue("research-vision").burst

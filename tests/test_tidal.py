@@ -8,7 +8,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from federation.config import load, parse
-from policies.tidal import active_policies, effective_burst, effective_queues, next_transition
+from policies.tidal import (
+    active_policies,
+    effective_burst,
+    effective_queues,
+    next_transition,
+    upcoming_reserves,
+)
 
 from .conftest import CONFIGS
 
@@ -85,3 +91,28 @@ def test_fedctl_tidal_preview_prints_the_effective_quotas_hour_by_hour():
     assert [row["windows"] for row in rows] == [["night-training"], ["daytime-inference"], ["daytime-inference"]]
     assert rows[1]["queues"]["online"] == {"guarantee_gpu": 32.0, "deserved_gpu": 40.0}
     assert rows[0]["burst_budget_usd_per_hour"] == 300
+
+
+def test_a_window_is_prepared_ahead_of_its_opening_with_the_reserves_it_raises():
+    # default lead: the longer of the preemption grace (120 s) and the MIG drain (300 s)
+    assert upcoming_reserves(FED, at(0, 7, 0)) == {}
+    ahead = upcoming_reserves(FED, at(0, 7, 56))
+    assert ahead["online"] == 32000  # the daytime guarantee, four minutes early
+    assert next_transition(FED, at(0, 7, 0), prepare=True) == at(0, 7, 55)
+    assert next_transition(FED, at(0, 7, 0)) == at(0, 8)  # what `fedctl status` shows: the window edge itself
+    custom = parse((CONFIGS / "idc-aws-gcp.yaml").read_text().replace('start: "08:00", end: "22:00"}', 'start: "08:00", end: "22:00", prepare_s: 1800}'))
+    assert upcoming_reserves(custom, at(0, 7, 31))["online"] == 32000
+
+
+def test_cron_windows_open_at_each_firing_for_their_duration():
+    text = (CONFIGS / "idc-aws-gcp.yaml").read_text().replace(
+        'window: {days: [mon, tue, wed, thu, fri], start: "08:00", end: "22:00"}', 'window: {cron: "30 8 * * 1-5", duration_s: 7200}')
+    fed = parse(text)
+    names = lambda t: {p.name for p in active_policies(fed, t)}  # noqa: E731
+    assert "daytime-inference" in names(at(0, 8, 30)) and "daytime-inference" in names(at(0, 10, 29))
+    assert "daytime-inference" not in names(at(0, 10, 30)) and "daytime-inference" not in names(at(0, 8, 29))
+    assert "daytime-inference" not in names(at(5, 9))  # Saturday
+    assert next_transition(fed, at(4, 11)) == at(4, 22)  # Friday: the night window is next
+    assert next_transition(fed, at(4, 23)) == at(5, 8)  # Saturday 08:00, the night's end; the cron skips the weekend
+    assert next_transition(fed, at(6, 23)) == at(7, 8)  # Sunday night: Monday 08:00 ends it ...
+    assert next_transition(fed, at(7, 8)) == at(7, 8, 30)  # ... and the cron window opens at 08:30

@@ -27,7 +27,13 @@ from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
 from federation.scheduler import Snapshot, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
-from policies.tidal import active_policies, effective_burst, effective_queues, next_transition
+from policies.tidal import (
+    active_policies,
+    effective_burst,
+    effective_queues,
+    next_transition,
+    upcoming_reserves,
+)
 from providers.base import Provider
 from providers.kubernetes import KubernetesInventory
 from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend, RayNvmlBackend
@@ -211,10 +217,12 @@ class Controller:
         nodes = self.nodes
         for m in self.mig.values():
             nodes = tuple(m.view(nodes))
-        # the quotas of the tidal windows active now, as the simulator applies them
-        plan = schedule(Snapshot(self.fed, nodes, tuple(running), tuple(pending), effective_queues(self.fed, self._local(now)), burst_in_flight=covered,
+        # the quotas of the tidal windows active now (and the reserves of those about to open), as the simulator applies them
+        local = self._local(now)
+        plan = schedule(Snapshot(self.fed, nodes, tuple(running), tuple(pending), effective_queues(self.fed, local), burst_in_flight=covered,
                                  reservations=self.last_plan.reservations if self.last_plan else {},
-                                 over_capability_since=self.last_plan.over_capability_since if self.last_plan else {}), now)
+                                 over_capability_since=self.last_plan.over_capability_since if self.last_plan else {},
+                                 upcoming_reserves=upcoming_reserves(self.fed, local)), now)
         self.last_plan = plan
         for a in plan.admissions:
             row = self.store.get(a.job_id)

@@ -19,16 +19,23 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from federation.cluster import ClusterState
+from federation.holds import free_gpu_milli
 from federation.mig.manager import CAPACITY_REASONS, MigManager, with_layout
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob
-from federation.quota import QuotaTree
+from federation.quota import QuotaTree, reserve_of
 from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
 from federation.simulation.ledger import Ledger
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
 from policies.forecast import WeeklyProfile
 from policies.placement import make_strategy, workload_mix
-from policies.tidal import effective_burst, effective_queues, next_transition
+from policies.tidal import (
+    active_policies,
+    effective_burst,
+    effective_queues,
+    next_transition,
+    upcoming_reserves,
+)
 
 BLOCK_S = 600.0  # how long a (site, group) stays blocked after a capacity error or a timeout
 FAIL_AFTER_S = 30.0  # a failed provisioning request reports back after this long
@@ -68,6 +75,7 @@ class SimResult:
     sites: dict[str, bool]  # site -> is cloud
     reasons: dict[str, int] = field(default_factory=dict)
     mig: dict = field(default_factory=dict)
+    openings: list[dict] = field(default_factory=list)  # per window opening that raised a reserve: how much was ready
 
 
 class Simulator:
@@ -97,6 +105,7 @@ class Simulator:
         self.cloud_stats = {"peak_nodes": 0, "scale_ups": 0, "scale_downs": 0}
         self.req_ids = itertools.count(1)
         self.reasons: dict[str, int] = {}
+        self.openings: list[dict] = []
         span = max((j.spec.submit_s + j.duration_s for j in trace.jobs), default=3600.0)
         self.sample_every = max(60.0, span / max(1, self.opt.samples))
         self.next_sample = 0.0
@@ -167,7 +176,8 @@ class Simulator:
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
                          tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons,
-                         {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3), **self._forecast_stats()} if self.mig else {})
+                         {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3), **self._forecast_stats()} if self.mig else {},
+                         self.openings)
 
     # ---- event handlers ----
 
@@ -259,8 +269,10 @@ class Simulator:
         # may allow for a week after the last other event (then what is left waits for good).
         moving = self.finished < len(self.jobs) and (
             self.running or self.in_flight or any(k != "timer" for _, _, k, _ in self.heap) or t - self.last_progress_s < 8 * 86400)
-        if what == "window" and moving:
-            self._push_window_timer(t)
+        if what == "window":
+            self._record_opening(t)
+            if moving:
+                self._push_window_timer(t)
         if what == "forecast":
             self._observe_demand(t)
             if moving:
@@ -268,10 +280,22 @@ class Simulator:
                 # and wake one lead time before the next hour, to pre-warm for it
                 self.push(max(t, t + 3600 - self.forecast_lead_s), "timer", "prewarm")
 
+    def _record_opening(self, t: float) -> None:
+        """At a window's opening, how much of each reserve it raised is ready: used by its queue or idle on its sites."""
+        before = {q.name: reserve_of(q).gpu_milli for q in effective_queues(self.fed, self.local(t - 1))}
+        opened = [p.name for p in active_policies(self.fed, self.local(t)) if p not in active_policies(self.fed, self.local(t - 1))]
+        for q in effective_queues(self.fed, self.local(t)):
+            want = reserve_of(q).gpu_milli
+            if not opened or want <= before[q.name]:
+                continue
+            sites = frozenset(q.sites) if q.sites is not None else frozenset(s.name for s in self.fed.sites)
+            ready = min(want, self.state.quota.usage[q.name].gpu_milli + free_gpu_milli(self.state.cluster, sites))
+            self.openings.append({"t": t, "windows": opened, "queue": q.name, "reserve_gpus": want / 1000, "ready_gpus": ready / 1000})
+
     def _push_window_timer(self, t: float) -> None:
         if not any(p.window for p in self.fed.policies.tidal):
             return
-        nxt = next_transition(self.fed, self.local(t))
+        nxt = next_transition(self.fed, self.local(t), prepare=True)
         if nxt is not None:
             self.push(max(t + 1, (nxt - self.start).total_seconds()), "timer", "window")
 
@@ -450,12 +474,14 @@ class Simulator:
                 quota.add(r.spec.queue, r.usage)
             self.state.quota = quota
             self.dirty = True
-        if not self.pending and not self.cloud and not self.in_flight and not self.over_capability and not reshaped:
+        upcoming = upcoming_reserves(self.fed, local) if self.fed.policies.tidal else {}
+        if not self.pending and not self.cloud and not self.in_flight and not self.over_capability and not reshaped and not upcoming:
             return
         pending = incremental_pending(self.pending, self.new_pending, self.reservations, full=self.dirty)
         self.new_pending = set()
         snap = Snapshot(self.fed, tuple(self.nodes.values()), tuple(self.running.values()), pending,
-                        queues, frozenset(j for f in self.in_flight.values() for j in f.jobs), self.reservations, self.over_capability)
+                        queues, frozenset(j for f in self.in_flight.values() for j in f.jobs), self.reservations, self.over_capability,
+                        upcoming)
         plan = schedule(snap, t, self.state)
         self.reservations = plan.reservations
         if plan.over_capability_since and not self.over_capability:

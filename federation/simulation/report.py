@@ -64,11 +64,19 @@ def build_report(res: SimResult, invariants: dict, wall_s: float) -> dict:
             **res.cloud,
         },
         **({"mig": res.mig} if res.mig else {}),
+        **({"tidal": _readiness(res.openings)} if res.openings else {}),
         "pending_reasons_at_end": _reasons_at_end(res),
         "invariants": invariants,
         "virtual_s": round(res.end_s, 3),
         "wall_s": round(wall_s, 3),
     }
+
+
+def _readiness(openings: list[dict]) -> dict:
+    """How much of each reserve a window raised was ready (used by its queue or idle on its sites) as it opened."""
+    shares = [o["ready_gpus"] / o["reserve_gpus"] for o in openings]
+    return {"openings": len(openings), "ready_share_min": round(min(shares), 4), "ready_share_mean": round(sum(shares) / len(shares), 4),
+            "at_openings": openings}
 
 
 def _reasons_at_end(res: SimResult) -> dict[str, int]:

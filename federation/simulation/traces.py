@@ -170,13 +170,14 @@ def generate(
     pattern: Literal["tidal", "uniform"] = "tidal",
     gpus_per_node: int = 8,
     inference_mig: str | None = None,
+    inference_mig_share: float = 1.0,
     max_gang_nodes: int = 8,
 ) -> list[dict]:
     """Synthetic JSONL records. `queues` maps a role (inference, training, batch) to a queue name.
 
     Inference arrives with the working day (tidal), training and batch fill the night; training
     jobs are gangs of whole nodes or parts of one; inference is short single tasks, often shared,
-    or, with `inference_mig`, each on one MIG instance of that profile. Training gangs span at
+    or, with `inference_mig`, each (or the `inference_mig_share` of them) on one MIG instance of that profile. Training gangs span at
     most `max_gang_nodes` whole nodes (a gang runs on one site, so keep it within the smallest).
     """
     rng = random.Random(seed)
@@ -194,7 +195,7 @@ def generate(
         rec: dict = {"id": f"job-{len(out):06d}", "submit_s": round(t, 3), "queue": queues[role], "kind": role}
         if role == "inference":
             rec |= {"tasks": 1, "duration_s": round(rng.uniform(300, 3600), 1)}
-            if inference_mig:
+            if inference_mig and rng.random() < inference_mig_share:
                 rec["mig_profile"] = inference_mig
             elif rng.random() < 0.4:
                 rec["gpu_milli_per_task"] = rng.choice([250, 500])
