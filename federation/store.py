@@ -46,6 +46,7 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "id" else c for c in COLUMNS)
         self._db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({cols})")
+        self._db.execute("CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status)")  # each cycle reads the live jobs only
         # runtime_env packages (working_dir, py_modules) uploaded by clients, kept until dispatched jobs are done with them
         self._db.execute("CREATE TABLE IF NOT EXISTS packages (name TEXT PRIMARY KEY, data BLOB, uploaded_s REAL)")
         # each MIG GPU's layout, journaled before a backend applies it: state APPLYING (with the
@@ -81,10 +82,13 @@ class Store:
         return self._row(cur) if cur else None
 
     def jobs(self, statuses: set[str] | None = None) -> list[JobRow]:
+        where, args = "", []
+        if statuses is not None:
+            args = sorted(statuses)
+            where = f"WHERE status IN ({', '.join('?' for _ in args)}) "
         with self._lock:
-            rows = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs ORDER BY submitted_s, id").fetchall()
-        out = [self._row(r) for r in rows]
-        return [r for r in out if statuses is None or r.status in statuses]
+            rows = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs {where}ORDER BY submitted_s, id", args).fetchall()
+        return [self._row(r) for r in rows]
 
     def delete(self, job_id: str) -> None:
         with self._lock:

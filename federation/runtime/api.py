@@ -7,8 +7,10 @@ problem; the stock CLI prints that message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -20,6 +22,8 @@ from federation.runtime.controller import Controller
 from federation.runtime.metrics import FederationCollector
 from federation.runtime.packages import MAX_BYTES, package_name
 from federation.runtime.sites import TERMINAL
+
+WAKE = web.AppKey("wake", asyncio.Event)  # set by a submission to run the next cycle early
 
 RAY_API_VERSION = "4"  # ray.dashboard.modules.version.CURRENT_VERSION for Ray 2.60
 
@@ -80,6 +84,8 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
             row = await asyncio.get_running_loop().run_in_executor(None, ctl.submit, body)
         except BadSubmission as e:
             return web.Response(status=e.status, text=str(e))
+        if (wake := req.app.get(WAKE)) is not None:
+            wake.set()  # a cycle soon, not a whole cycle_s later
         return web.json_response({"job_id": row.id, "submission_id": row.id})
 
     @routes.get("/api/packages/{protocol}/{name}")
@@ -107,7 +113,9 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
 
     @routes.get("/api/jobs/{job_id}")
     async def get_job(req: web.Request) -> web.Response:
-        return web.json_response(ctl.job_details(job_or_404(req)))
+        row = job_or_404(req)
+        await asyncio.get_running_loop().run_in_executor(None, ctl.refresh_site_status, row)
+        return web.json_response(ctl.job_details(row))
 
     @routes.get("/api/jobs/{job_id}/logs")
     async def logs(req: web.Request) -> web.Response:
@@ -175,19 +183,31 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
 async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tokens: dict[str, str] | None = None) -> web.AppRunner:
     """Start the API and the cycle loop on the running event loop; returns the runner to clean up."""
     app = make_app(ctl, tokens)
+    wake = app[WAKE] = asyncio.Event()
 
     async def cycle_loop(_app):
         async def loop():
             while True:
+                began = time.perf_counter()
+                wake.clear()  # submissions from here on wake the next cycle
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, ctl.tick)
                 except FederationError as e:  # reported, and the next cycle tries again
                     print(f"cycle failed: {e}", file=sys.stderr)
-                await asyncio.sleep(cycle_s)
+                took = time.perf_counter() - began
+                try:
+                    await asyncio.wait_for(wake.wait(), cycle_s)
+                except TimeoutError:
+                    continue
+                # woken by a submission: rest at least as long as the cycle took (at most half
+                # the time goes to cycles during a stream of submissions) and gather the others
+                await asyncio.sleep(min(cycle_s, max(0.02, took)))
 
         task = asyncio.create_task(loop())
         yield
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     app.cleanup_ctx.append(cycle_loop)
     runner = web.AppRunner(app)

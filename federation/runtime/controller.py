@@ -24,7 +24,7 @@ from federation.runtime.mig import LiveMig
 from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
 from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
-from federation.scheduler import Snapshot, schedule
+from federation.scheduler import Snapshot, incremental_pending, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
 from policies.tidal import (
@@ -88,6 +88,7 @@ def config_nodes(fed: Federation, sites: list[str]) -> tuple[Node, ...]:
 class Controller:
     #: how often each cloud site is reconciled against the ledger (also once at start-up)
     RECONCILE_S = 300.0
+    FULL_CYCLE_S = 5.0  # the longest between cycles that look at every waiting job
     #: how long a site/group that failed for capacity is skipped by the burst policy
     BLOCK_S = 600.0
     #: how long an uploaded package is kept before a job must refer to it (Ray's client uploads, then submits)
@@ -107,6 +108,13 @@ class Controller:
         self.config_nodes = config_nodes(fed, [s for s in sites if s not in self.inventories])
         self.fixed_nodes = self.config_nodes
         self.last_plan = None
+        self.last_state: tuple | None = None
+        self.last_pending: set[str] = set()
+        self.last_full_s = float("-inf")
+        # what each site last said of the jobs it holds: a dispatched job is RUNNING to Ray's
+        # users only once its site runs it (until then its driver is still starting there)
+        self.site_status: dict[str, str] = {}
+        self.specs: dict[str, JobSpec] = {}  # of the live jobs: a request never changes, so it is built once
         self.cycle_s: list[float] = []
         # since this controller started, for /metrics counters (Prometheus handles the resets)
         self.admissions: Counter[str] = Counter()  # by site
@@ -206,24 +214,40 @@ class Controller:
         self._meter(now)
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         running, pending = [], []
+        specs = {}
         for r in rows:
-            spec = self._spec(r.id, r.request, r.submitted_s)
+            spec = specs[r.id] = self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s)
             if r.status == "PENDING":
                 pending.append(spec)
             else:
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
+        self.specs = specs
         covered = frozenset(j for f in self.in_flight.values() for j in f.jobs)
         nodes = self.nodes
         for m in self.mig.values():
             nodes = tuple(m.view(nodes))
         # the quotas of the tidal windows active now (and the reserves of those about to open), as the simulator applies them
         local = self._local(now)
-        plan = schedule(Snapshot(self.fed, nodes, tuple(running), tuple(pending), effective_queues(self.fed, local), burst_in_flight=covered,
-                                 reservations=self.last_plan.reservations if self.last_plan else {},
-                                 over_capability_since=self.last_plan.over_capability_since if self.last_plan else {},
-                                 upcoming_reserves=upcoming_reserves(self.fed, local)), now)
-        self.last_plan = plan
+        queues, upcoming = effective_queues(self.fed, local), upcoming_reserves(self.fed, local)
+        last = self.last_plan
+        # Only arrivals since the last cycle (the same running jobs, nodes, quotas, and a last
+        # plan that admitted and preempted nothing): what waited then would wait the same way,
+        # so only the new jobs are looked at, as in the simulator. A full cycle still runs at
+        # least every FULL_CYCLE_S, and only full cycles drive burst, whose requests come from
+        # every waiting job.
+        state = (frozenset((r.spec.id, r.preempting) for r in running), nodes, queues, covered, tuple(sorted(upcoming.items())))
+        by_id = {j.id: j for j in pending}
+        full = (last is None or last.admissions or last.preemptions or state != self.last_state
+                or now - self.last_full_s >= self.FULL_CYCLE_S or not self.last_pending <= by_id.keys())
+        considered = incremental_pending(by_id, set(by_id) - self.last_pending, last.reservations if last else {}, full)
+        plan = schedule(Snapshot(self.fed, nodes, tuple(running), considered, queues, burst_in_flight=covered,
+                                 reservations=last.reservations if last else {},
+                                 over_capability_since=last.over_capability_since if last else {},
+                                 upcoming_reserves=upcoming), now)
+        self.last_plan, self.last_state, self.last_pending = plan, state, set(by_id)
+        if full:
+            self.last_full_s = now
         for a in plan.admissions:
             row = self.store.get(a.job_id)
             placements = [p.to_dict() for p in a.placements]
@@ -237,13 +261,18 @@ class Controller:
         for p in plan.preemptions:
             self.store.update(p.job_id, stop_at_s=now + grace, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
             self.preemptions[p.reason] += 1
+        known = {r.id: (r.reason, r.message) for r in rows}
         for job_id, reason in plan.pending.items():
-            self.store.update(job_id, reason=reason.code, message=f"{reason.code}: {reason.message}")
-        if self.providers:
+            message = f"{reason.code}: {reason.message}"
+            if known.get(job_id) != (reason.code, message):  # most waiting jobs wait for the same reason as last cycle
+                self.store.update(job_id, reason=reason.code, message=message)
+        if full and self.providers:
             self._burst(now, plan, running)
-        waiting = [j for j in pending if (r := plan.pending.get(j.id)) is not None and r.code in CAPACITY_REASONS]
-        for site, m in self.mig.items():
-            m.step(now, self._local(now), [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting)
+        if self.mig:  # every cycle: it also follows the reconfigurations under way
+            reasons = {r.id: r.reason for r in rows} | {j: r.code for j, r in plan.pending.items()}
+            waiting = [j for j in pending if reasons.get(j.id) in CAPACITY_REASONS]
+            for site, m in self.mig.items():
+                m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting)
         self.cycle_s.append(time.perf_counter() - began)
         del self.cycle_s[:-1000]
 
@@ -403,6 +432,7 @@ class Controller:
             except SiteUnavailable as e:
                 self.log(f"{row.site}: job {job_id} was stopped during its dispatch and cannot be stopped there: {e}")
             return
+        self.site_status[job_id] = "PENDING"
         self.store.update(job_id, status="RUNNING", message=f"running at {row.site}")
 
     def _sync(self, now: float) -> None:
@@ -419,6 +449,7 @@ class Controller:
                     site.stop(row.dispatch_id)
                 except SiteUnavailable:
                     continue
+                self.site_status.pop(row.id, None)
                 self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None,
                                   attempt=row.attempt + 1, message="requeued after preemption")
                 continue
@@ -426,17 +457,36 @@ class Controller:
                 status = site.status(row.dispatch_id)
             except SiteUnavailable:
                 continue
+            if status is not None and status not in TERMINAL:
+                self.site_status[row.id] = status
+            else:
+                self.site_status.pop(row.id, None)
             if status in TERMINAL and row.stop_at_s is None:
                 self.store.update(row.id, status=status, ended_s=now, message=f"{status.lower()} at {row.site}")
 
     # ---- what people see ----
 
+    def refresh_site_status(self, row: JobRow) -> None:
+        """Ask the site now whether a job it was given has started (for a status read)."""
+        site = self.sites.get(row.site)
+        if row.status == "RUNNING" and self.site_status.get(row.id) == "PENDING" and site is not None and row.dispatch_id:
+            try:
+                status = site.status(row.dispatch_id)
+            except SiteUnavailable:
+                return
+            if status is not None:
+                self.site_status[row.id] = status
+
     def job_details(self, row: JobRow) -> dict:
         """The job as Ray's job API describes it (JobDetails)."""
-        status = "PENDING" if row.status == "ADMITTED" else row.status
+        status, message = row.status, row.message
+        if status == "ADMITTED":
+            status = "PENDING"
+        elif status == "RUNNING" and self.site_status.get(row.id) == "PENDING":
+            status, message = "PENDING", f"dispatched to {row.site}; its driver is starting there"
         return {
             "type": "SUBMISSION", "job_id": None, "submission_id": row.id, "driver_info": None, "status": status,
-            "entrypoint": row.entrypoint, "message": row.message, "error_type": None,
+            "entrypoint": row.entrypoint, "message": message, "error_type": None,
             "start_time": int(row.submitted_s * 1000), "end_time": int(row.ended_s * 1000) if row.ended_s else None,
             "metadata": {str(k): str(v) for k, v in (row.metadata or {}).items()}, "runtime_env": row.runtime_env or {},
             "driver_agent_http_address": None, "driver_node_id": None, "driver_exit_code": None,

@@ -1,0 +1,72 @@
+"""The live controller's cycle: after only arrivals it looks at the new jobs alone, and what it
+shows Ray's clients. The site's Ray cluster is unreachable here: these tests stop at admission."""
+
+from __future__ import annotations
+
+import pytest
+
+from federation.config import parse
+from federation.runtime.controller import Controller
+from federation.runtime.sites import RaySite
+from federation.store import JobRow, Store
+
+from .test_controller_tidal import CONFIG, at
+
+
+@pytest.fixture
+def ctl(tmp_path, monkeypatch):
+    clock = [at(12)]
+    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: clock[0])
+    seen: list[set[str]] = []
+    import federation.runtime.controller as mod
+
+    real = mod.schedule
+    monkeypatch.setattr(mod, "schedule", lambda snap, now: (seen.append({j.id for j in snap.pending}), real(snap, now))[1])
+    return c, clock, seen
+
+
+def submit(c, job_id, gpus):
+    c.submit({"entrypoint": "python x.py", "submission_id": job_id, "metadata": {"queue": "research", "gpus_per_task": str(gpus)}})
+
+
+def test_after_only_arrivals_a_cycle_looks_at_the_new_jobs_and_a_full_one_follows_within_its_period(ctl):
+    c, clock, seen = ctl
+    submit(c, "a", 8)
+    submit(c, "b", 8)
+    c.tick()  # research's capability is 16: both start
+    submit(c, "w1", 8)
+    submit(c, "w2", 8)
+    c.tick()  # a full cycle: the last one admitted
+    assert seen[-1] == {"w1", "w2"} and c.store.get("w1").reason == "ExceedsCapability"
+    submit(c, "w3", 8)
+    clock[0] += 1
+    c.tick()
+    assert seen[-1] == {"w3"}  # only it is new; w1 and w2 would fail as before
+    assert c.store.get("w3").reason == "ExceedsCapability" and c.store.get("w1").reason == "ExceedsCapability"
+    clock[0] += Controller.FULL_CYCLE_S
+    c.tick()
+    assert seen[-1] == {"w1", "w2", "w3"}
+
+
+def test_a_change_other_than_arrivals_brings_a_full_cycle(ctl):
+    c, clock, seen = ctl
+    for j in ("a", "b", "w1"):
+        submit(c, j, 8)
+    c.tick()
+    c.tick()
+    submit(c, "w2", 8)
+    c.store.update("a", status="SUCCEEDED")  # a running job ends (as its site reports it): w1 may start now
+    clock[0] += 1
+    c.tick()
+    assert seen[-1] == {"w1", "w2"}
+    assert c.store.get("w1").status in ("ADMITTED", "RUNNING")
+
+
+def test_a_dispatched_job_is_pending_to_ray_clients_until_its_site_runs_it(ctl):
+    c, _, _ = ctl
+    row = JobRow("j", "python x.py", {}, {}, {}, status="RUNNING", site="idc", dispatch_id="j-0", message="running at idc")
+    c.site_status["j"] = "PENDING"
+    shown = c.job_details(row)
+    assert shown["status"] == "PENDING" and "starting" in shown["message"]
+    c.site_status["j"] = "RUNNING"
+    assert c.job_details(row)["status"] == "RUNNING"
