@@ -10,7 +10,7 @@ another queue's gang is placed there only while the free GPUs left still cover i
 Before a tidal window raises a reserve, the raised reserve is held from the window's
 `prepare_s` ahead, and the work of other queues standing on it is preempted then (reason
 `WindowPrepare`), so the capacity is idle when the window opens rather than a grace period
-later. Victims are taken lowest priority first, then borrowed work, then the least run time
+later. Victims are taken borrowed work first, then lowest priority, then the least run time
 lost; never non-preemptible jobs, and never so much that the victim's queue falls below its own
 reserve.
 
