@@ -70,3 +70,24 @@ def test_a_dispatched_job_is_pending_to_ray_clients_until_its_site_runs_it(ctl):
     assert shown["status"] == "PENDING" and "starting" in shown["message"]
     c.site_status["j"] = "RUNNING"
     assert c.job_details(row)["status"] == "RUNNING"
+
+
+def test_stopping_a_job_at_an_unreachable_site_is_a_503_that_says_so(ctl):
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from federation.runtime.api import make_app
+
+    c, _, _ = ctl
+    submit(c, "a", 8)
+    c.tick()  # admitted; its dispatch failed: the site is unreachable
+
+    async def go():
+        async with TestClient(TestServer(make_app(c, None))) as client:
+            r = await client.post("/api/jobs/a/stop")
+            return r.status, await r.text()
+
+    status, text = asyncio.run(go())
+    assert status == 503 and "cannot reach its Ray cluster" in text and "not stopped" in text
+    assert c.store.get("a").status == "ADMITTED"  # nothing changed: it is stopped once the site answers

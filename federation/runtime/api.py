@@ -21,7 +21,7 @@ from federation.errors import BadSubmission, FederationError
 from federation.runtime.controller import Controller
 from federation.runtime.metrics import FederationCollector
 from federation.runtime.packages import MAX_BYTES, package_name
-from federation.runtime.sites import TERMINAL
+from federation.runtime.sites import TERMINAL, SiteUnavailable
 
 WAKE = web.AppKey("wake", asyncio.Event)  # set by a submission to run the next cycle early
 
@@ -150,7 +150,10 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
     @routes.post("/api/jobs/{job_id}/stop")
     async def stop(req: web.Request) -> web.Response:
         job_or_404(req)
-        stopped = await asyncio.get_running_loop().run_in_executor(None, ctl.stop, req.match_info["job_id"])
+        try:
+            stopped = await asyncio.get_running_loop().run_in_executor(None, ctl.stop, req.match_info["job_id"])
+        except SiteUnavailable as e:
+            return web.Response(status=503, text=f"{e}; the job was not stopped there, try again")
         return web.json_response({"stopped": stopped})
 
     @routes.delete("/api/jobs/{job_id}")
