@@ -117,7 +117,9 @@ def main() -> None:
             def keep_alive(i: int) -> float:
                 # the body JobSubmissionClient posts, over one kept-alive connection per client thread
                 # (the stock client opens a connection per call, which costs the client more than the server)
-                http = getattr(sessions, "s", None) or setattr(sessions, "s", requests.Session()) or sessions.s
+                if not hasattr(sessions, "http"):
+                    sessions.http = requests.Session()
+                http = sessions.http
                 t0 = time.perf_counter()
                 r = http.post(f"http://127.0.0.1:{PORT}/api/jobs/", json={"entrypoint": "echo queued", "entrypoint_num_gpus": 1,
                                                                           "metadata": {"queue": "parked"}, "submission_id": f"q-{i}"})

@@ -269,7 +269,7 @@ class Controller:
         if full and self.providers:
             self._burst(now, plan, running)
         if self.mig:  # every cycle: it also follows the reconfigurations under way
-            reasons = {r.id: r.reason for r in rows} | {j: r.code for j, r in plan.pending.items()}
+            reasons = {j: code for j, (code, _) in known.items()} | {j: r.code for j, r in plan.pending.items()}
             waiting = [j for j in pending if reasons.get(j.id) in CAPACITY_REASONS]
             for site, m in self.mig.items():
                 m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting)

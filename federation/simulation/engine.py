@@ -282,11 +282,14 @@ class Simulator:
 
     def _record_opening(self, t: float) -> None:
         """At a window's opening, how much of each reserve it raised is ready: used by its queue or idle on its sites."""
+        was = {p.name for p in active_policies(self.fed, self.local(t - 1))}
+        opened = [p.name for p in active_policies(self.fed, self.local(t)) if p.name not in was]
+        if not opened:
+            return
         before = {q.name: reserve_of(q).gpu_milli for q in effective_queues(self.fed, self.local(t - 1))}
-        opened = [p.name for p in active_policies(self.fed, self.local(t)) if p not in active_policies(self.fed, self.local(t - 1))]
         for q in effective_queues(self.fed, self.local(t)):
             want = reserve_of(q).gpu_milli
-            if not opened or want <= before[q.name]:
+            if want <= before[q.name]:
                 continue
             sites = frozenset(q.sites) if q.sites is not None else frozenset(s.name for s in self.fed.sites)
             ready = min(want, self.state.quota.usage[q.name].gpu_milli + free_gpu_milli(self.state.cluster, sites))
