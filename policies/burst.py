@@ -10,7 +10,8 @@ decisions back. Rules, in order:
 - never above `max_nodes`, never above the hourly budget (nodes running or booting, at their
   price) nor once the month's spend reached the monthly budget;
 - an idle node is released after `scale_in_idle_s`; never a node with work on it, never below
-  `min_nodes`.
+  `min_nodes`, never while a request for its group is still being delivered (a gang's first
+  nodes idle until its last one boots; the provisioning timeout bounds that).
 Capacity errors and timeouts block a (site, group) for a while; the next cycle then fails over
 to the next option (spot -> the group's fallback, then other groups and sites).
 """
@@ -176,10 +177,11 @@ def _idle_to_release(fed: Federation, now: float, inp: BurstInputs) -> list[str]
     count: dict[tuple[str, str], int] = {}
     for n in inp.nodes:
         count[(n.site, n.group)] = count.get((n.site, n.group), 0) + 1
+    delivering = {(f.site, f.group) for f in inp.in_flight}
     out = []
     for n in sorted(inp.nodes, key=lambda n: (n.idle_since_s or 0, n.name)):
         g = _group(fed, n.site, n.group)
-        if n.busy or n.idle_since_s is None or now < n.idle_since_s + idle_s - EPS_S:
+        if n.busy or n.idle_since_s is None or now < n.idle_since_s + idle_s - EPS_S or (n.site, n.group) in delivering:
             continue
         if count[(n.site, n.group)] <= g.min_nodes:
             continue

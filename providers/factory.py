@@ -21,6 +21,7 @@ from federation.store import RequestLedger
 from providers.base import Provider
 
 RAY_GCS_PORT = 6379
+KINDS = ("aws", "gcp", "kubernetes")  # the provider kinds build_provider makes a provider for
 
 
 def ray_gcs_address(site: Site) -> str:

@@ -3,7 +3,8 @@
 A requested node is `ray start --address=<the local cluster> --block` with the node group's GPUs
 and CPUs and a custom resource naming the node, started after the provider's `start_delay_s`;
 it counts as up once the cluster lists it. Releasing it ends the process, which takes the node
-out of the cluster.
+out of the cluster. Nodes start one at a time: two `ray start` at once on one machine race, and
+the second times out.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 
 import requests
 
@@ -21,6 +23,7 @@ from providers.base import ProvidedNode, Provider, ProviderError
 
 
 class LocalProvider(Provider):
+    START_WAIT_S = 120.0  # the longest one node's start holds up the next
     def __init__(self, site: str, gcs_address: str, dashboard: str, start_delay_s: float = 0.0, env: dict | None = None):
         self.site, self.gcs, self.dashboard, self.delay = site, gcs_address, dashboard, start_delay_s
         self.env = env or dict(os.environ)
@@ -28,6 +31,7 @@ class LocalProvider(Provider):
         self.requested: set[str] = set()
         self._errors: list[ProviderError] = []
         self._lock = threading.Lock()
+        self._starting = threading.Lock()  # held from one node's `ray start` until it is up (or gone)
 
     def request(self, request_id: str, group: NodeGroup, count: int) -> None:
         with self._lock:
@@ -45,23 +49,37 @@ class LocalProvider(Provider):
     def _start(self, name: str, group: NodeGroup, request_id: str) -> None:
         ray = ray_cli()
         cmd = [ray, "start", *ray_worker_args(self.gcs, name, group.gpus_per_node, group.node_resources.cpu_milli), "--block", "--disable-usage-stats"]
-        try:
-            proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        except OSError as e:
-            self._errors.append(ProviderError(request_id, "InvalidRequest", f"cannot start a local Ray worker: {e}"))
-            return
-        with self._lock:
-            if name in self.procs:
-                self.procs[name] = (group.name, request_id, proc)
-            else:  # released before it started
-                proc.terminate()
+        with self._starting:
+            with self._lock:
+                if name not in self.procs:
+                    return  # released before it started
+            try:
+                proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            except OSError as e:
+                self._errors.append(ProviderError(request_id, "InvalidRequest", f"cannot start a local Ray worker: {e}"))
+                return
+            with self._lock:
+                if name in self.procs:
+                    self.procs[name] = (group.name, request_id, proc)
+                else:
+                    proc.terminate()
+                    return
+            deadline = time.monotonic() + self.START_WAIT_S
+            while proc.poll() is None and time.monotonic() < deadline and node_resource(name) not in (self._alive() or ()):
+                time.sleep(0.5)
 
-    def list_nodes(self) -> list[ProvidedNode] | None:
+    def _alive(self) -> set[str] | None:
+        """The naming resources of the cluster's live nodes; None when the cluster cannot be asked."""
         try:
             data = requests.get(f"{self.dashboard}/api/v0/nodes", params={"limit": 10000}, timeout=10).json()
-            alive = {res for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE" for res in (n.get("resources_total") or {})}
-        except (requests.RequestException, ValueError, KeyError, TypeError) as e:
-            self._errors.append(ProviderError("-", "Transient", f"cannot list the local cluster's nodes: {e}"))
+            return {res for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE" for res in (n.get("resources_total") or {})}
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            return None
+
+    def list_nodes(self) -> list[ProvidedNode] | None:
+        alive = self._alive()
+        if alive is None:
+            self._errors.append(ProviderError("-", "Transient", f"cannot list the nodes of the local cluster at {self.dashboard}"))
             return None
         with self._lock:
             return [ProvidedNode(name, self.site, g, rid) for name, (g, rid, p) in self.procs.items()

@@ -74,3 +74,13 @@ def test_jobs_covered_by_a_request_in_flight_are_not_asked_for_twice():
 def test_idle_nodes_go_after_scale_in_idle_and_busy_ones_never():
     nodes = [CloudNode("n1", "cloud", "spot", False, 0.0), CloudNode("n2", "cloud", "spot", True, None), CloudNode("n3", "cloud", "spot", False, 200.0)]
     assert decide(FED, 400, inputs(nodes=nodes)).release == ["n1"]
+
+
+def test_a_delivered_node_waiting_for_the_rest_of_its_request_is_kept():
+    """A gang's first node is idle until its last one boots: releasing it would start the gang's
+    wait over (the provisioning timeout bounds how long it is kept)."""
+    nodes = [CloudNode("n1", "cloud", "spot", False, 0.0)]
+    delivering = InFlight("r1", "cloud", "spot", 2, 0.0, ("a",))
+    assert decide(FED, 400, inputs(nodes=nodes, in_flight=(delivering,))).release == []
+    other_group = InFlight("r2", "cloud", "od", 2, 0.0, ("b",))
+    assert decide(FED, 400, inputs(nodes=nodes, in_flight=(other_group,))).release == ["n1"]

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from federation.config import parse
-from federation.runtime.api import serve
-from federation.runtime.controller import Controller, config_nodes
+from federation.runtime.api import Serving
+from federation.runtime.controller import Controller
 from federation.runtime.localray import free_port, ray_cli, start_local_ray
-from federation.runtime.sites import RaySite
+from federation.runtime.sites import RaySite, config_nodes
 from federation.store import Store
 
 RAY = ray_cli()
@@ -57,28 +55,14 @@ class Live:
         self.fed = parse(CONFIG, "live.yaml")
         self.store = Store(tmp / "state.sqlite")
         self.ctl = Controller(self.fed, self.store, {"idc": RaySite("idc", address)})
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run():
-            asyncio.set_event_loop(self.loop)
-            self.runner = self.loop.run_until_complete(serve(self.ctl, "127.0.0.1", self.port, cycle_s=0.3, tokens=tokens))
-            ready.set()
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        ready.wait(30)
+        self.serving = Serving(self.ctl, "127.0.0.1", free_port(), cycle_s=0.3, tokens=tokens)
+        self.url = self.serving.url
 
     def close(self, stop_jobs: bool = True):
         """Stop serving; unless the test wants a crash, stop its jobs too: at the shared cluster its site jobs hold real GPUs."""
         for r in self.store.jobs({"PENDING", "ADMITTED", "RUNNING"}) if stop_jobs else []:
             self.ctl.stop(r.id)
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+        self.serving.close()
 
 
 @pytest.fixture
@@ -368,3 +352,55 @@ def test_the_nvml_agent_applies_a_layout_on_its_node_as_a_pinned_ray_job(ray_sit
     backend.apply("idc/gpu-0", bad)
     st = settle("idc/gpu-0", bad)
     assert st.state == "failed" and "Insufficient Resources" in st.message
+
+
+def test_the_controller_runs_as_ray_actors_that_restart_and_lose_nothing(ray_cluster, tmp_path):
+    """What `fedctl up` starts: a site actor, the queue controller actor (cycle and API). Each is
+    killed once mid-run; Ray restarts it, it rebuilds from the store, and the job runs once."""
+    import ray
+    import requests
+    from ray.job_submission import JobSubmissionClient
+    from ray.util.state import list_actors
+
+    from federation.runtime.actors import site_parts, start_actors
+
+    dashboard, gcs = ray_cluster
+    fed, state = parse(CONFIG, "live.yaml"), tmp_path / "state.sqlite"
+    ray.init(address=gcs, namespace="federation-actors-test", log_to_driver=False)
+    actors = []
+    try:
+        url, sites, others = start_actors(fed, state, site_parts(fed, state, {"idc": dashboard}, {}), "127.0.0.1", free_port(), 0.3, None)
+        actors = [*sites.values(), *others]
+        assert set(ray.util.list_named_actors()) == {"site-idc", "queue-controller"}
+
+        def restarted(name, timeout=90):
+            """Once Ray has restarted the actor, and (for the controller) its API answers again."""
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                if any(a.state == "ALIVE" and a.num_restarts >= 1 for a in list_actors(address=gcs, filters=[("name", "=", name)], detail=True)):
+                    try:
+                        if requests.get(f"{url}/api/version", timeout=5).status_code == 200:
+                            return True
+                    except requests.RequestException:
+                        pass
+                time.sleep(0.3)
+            return False
+
+        c = JobSubmissionClient(url)
+        job_id = c.submit_job(entrypoint="python -c \"import time; time.sleep(4); print('done once')\"", metadata={"queue": "batch"})
+        wait_status(c, job_id, {"RUNNING"})
+        ray.kill(others[-1], no_restart=False)  # the queue controller's process dies
+        assert restarted("queue-controller"), "the controller actor did not come back, serving"
+        assert wait_status(JobSubmissionClient(url), job_id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+        dispatched = [j for j in JobSubmissionClient(dashboard).list_jobs() if (j.metadata or {}).get("federation-job") == job_id]
+        assert len(dispatched) == 1
+
+        ray.kill(sites["idc"], no_restart=False)  # the site actor's process dies
+        later = JobSubmissionClient(url).submit_job(entrypoint="python -c \"print('after the site restarted')\"", metadata={"queue": "train"})
+        assert restarted("site-idc")
+        assert wait_status(JobSubmissionClient(url), later, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+        assert "after the site restarted" in JobSubmissionClient(url).get_job_logs(later)
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        ray.shutdown()

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import yaml
@@ -196,7 +197,7 @@ async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tok
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, ctl.tick)
                 except FederationError as e:  # reported, and the next cycle tries again
-                    print(f"cycle failed: {e}", file=sys.stderr)
+                    ctl.log(f"cycle failed: {e}")
                 took = time.perf_counter() - began
                 try:
                     await asyncio.wait_for(wake.wait(), cycle_s)
@@ -217,3 +218,33 @@ async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tok
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
+
+
+class Serving:
+    """The API and the cycle loop on an event loop of their own, in a thread: how the queue
+    controller actor, the demo and the tests run them beside their own work."""
+
+    def __init__(self, ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tokens: dict[str, str] | None = None):
+        self.url = f"http://{host}:{port}"
+        self.loop = asyncio.new_event_loop()
+        started: Future = Future()
+
+        async def start():
+            try:
+                started.set_result(await serve(ctl, host, port, cycle_s, tokens))
+            except OSError as e:  # the port is taken, say
+                started.set_exception(FederationError(f"api.listen: cannot listen on {host}:{port}: {e.strerror or e}"))
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            self.loop.create_task(start())
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, name="federation-api", daemon=True)
+        self.thread.start()
+        self.runner = started.result(60)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)

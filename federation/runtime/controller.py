@@ -15,15 +15,15 @@ from collections.abc import Callable
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from federation.errors import BadSubmission, FederationError, JobRejected
+from federation.errors import BadSubmission, JobRejected
 from federation.feasibility import check_job
 from federation.jobs import make_job
 from federation.mig.manager import CAPACITY_REASONS, MigManager
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
-from federation.runtime.mig import LiveMig
+from federation.runtime.mig import live_mig
 from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
-from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
+from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable, config_nodes
 from federation.scheduler import Snapshot, incremental_pending, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
@@ -35,8 +35,6 @@ from policies.tidal import (
     upcoming_reserves,
 )
 from providers.base import Provider
-from providers.kubernetes import KubernetesInventory
-from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend, RayNvmlBackend
 
 META_INT = ("tasks", "min_tasks", "gpu_milli_per_task")
 META_FLOAT = ("gpus_per_task", "cpus_per_task", "memory_gib_per_task")
@@ -76,15 +74,6 @@ def request_from_submission(body: dict) -> dict:
     return req
 
 
-def config_nodes(fed: Federation, sites: list[str]) -> tuple[Node, ...]:
-    """The fixed nodes the config lists for these sites, named `<site>/<group>-<i>` (the name
-    their Ray node carries as `federation-node/<name>`)."""
-    return tuple(
-        Node(f"{s.name}/{g.name}-{i}", s.name, g.name, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib)
-        for s in fed.sites if s.name in sites for g in s.node_groups for i in range(g.count)
-    )
-
-
 class Controller:
     #: how often each cloud site is reconciled against the ledger (also once at start-up)
     RECONCILE_S = 300.0
@@ -96,7 +85,7 @@ class Controller:
 
     def __init__(self, fed: Federation, store: Store, sites: dict[str, RaySite], clock: Callable[[], float] = time.time,
                  providers: dict[str, Provider] | None = None, inventories: dict[str, Provider] | None = None,
-                 ledger: RequestLedger | None = None, log: Callable[[str], None] = lambda _: None):
+                 ledger: RequestLedger | None = None, log: Callable[[str], None] = lambda _: None, mig: dict | None = None):
         self.fed, self.store, self.sites, self.clock, self.log = fed, store, sites, clock, log
         self.providers = providers or {}  # burst sites
         self.inventories = inventories or {}  # fixed fleets whose nodes an API lists (Kubernetes)
@@ -120,29 +109,12 @@ class Controller:
         self.admissions: Counter[str] = Counter()  # by site
         self.preemptions: Counter[str] = Counter()  # by reason
         self.reconciled_s: float | None = None
-        self.mig = {s.name: LiveMig(fed, s.name, store, self._mig_backend(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
+        # a site's MIG manager: in this process, or (under `fedctl up`) a proxy to its own actor
+        self.mig = mig if mig is not None else {
+            s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
-
-    def _mig_backend(self, site: str):
-        """`mig.backend` of the site's MIG groups; `auto` is the GPU Operator where the fleet is a
-        Kubernetes inventory, bookkeeping only for local and simulated nodes (logical GPUs), and
-        NVML through a Ray job on the node for any other Ray site (bare metal)."""
-        s = self.fed.site(site)
-        choice = next(g.mig_backend for g in s.node_groups if g.mig_enabled)
-        inv = self.inventories.get(site)
-        if choice == "auto":
-            kind = getattr(s.provider, "kind", None)
-            choice = "gpu-operator" if isinstance(inv, KubernetesInventory) else "none" if kind in ("local", "simulated") else "nvml"
-        if choice == "gpu-operator":
-            if not isinstance(inv, KubernetesInventory):
-                raise FederationError(f"site {site}: mig.backend gpu-operator needs a kubernetes provider")
-            return GpuOperatorBackend(inv)
-        if choice == "nvml" and site in self.sites:
-            return RayNvmlBackend(self.sites[site], lambda node: next(n.gpu_model for n in self.nodes if n.name == node),
-                                  self.fed.policies.mig.agent_runtime_env)
-        return NoDeviceBackend()
 
     def _resume(self) -> None:
         """Requests journaled before a restart: cloud ones are picked up (never made twice), the
@@ -411,6 +383,7 @@ class Controller:
             self.idle_since.pop(name, None)
         for site, names in by_site.items():
             self.providers[site].release(names)
+            self.log(f"{site}: released {len(names)} idle node(s) (idle {self.fed.policies.burst.scale_in_idle_s:g} s): {', '.join(names)}")
 
     def _local(self, now: float) -> datetime:
         return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone))

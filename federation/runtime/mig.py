@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from federation.errors import FederationError
 from federation.mig.manager import MigManager
 from federation.model import Federation, JobSpec, Node, RunningJob
-from federation.runtime.sites import SiteUnavailable
+from federation.runtime.sites import SiteUnavailable, config_nodes
 from federation.store import Store
 from providers.errors import ProviderFailure
+from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend, RayNvmlBackend
 
 
 class LiveMig:
@@ -119,3 +121,26 @@ class LiveMig:
     def status(self) -> list[dict]:
         return [{"node": n, "gpu": g, "layout": [{"profile": p, "start": s} for p, s in lay], "state": st}
                 for n, g, lay, _, st, _ in self.store.mig_layouts() if n in self.known]
+
+
+def live_mig(fed: Federation, site: str, store: Store, ray_site, inventory, log: Callable[[str], None] = lambda _: None) -> LiveMig:
+    """The site's MIG manager with the backend its `mig.backend` names. `auto` is the GPU Operator
+    where the fleet is a Kubernetes inventory, bookkeeping only for local and simulated nodes
+    (logical GPUs), and NVML through a Ray job on the node for any other Ray site (bare metal).
+    `ray_site` and `inventory` are the site's own objects, or proxies to them."""
+    s = fed.site(site)
+    choice = next(g.mig_backend for g in s.node_groups if g.mig_enabled)
+    kind = getattr(s.provider, "kind", None)
+    if choice == "auto":
+        choice = "gpu-operator" if kind == "kubernetes" else "none" if kind in ("local", "simulated") else "nvml"
+    if choice == "gpu-operator":
+        if inventory is None:
+            raise FederationError(f"site {site}: mig.backend gpu-operator needs a kubernetes provider")
+        backend = GpuOperatorBackend(inventory)
+    elif choice == "nvml" and ray_site is not None:
+        # NVML sites are bare-metal Ray sites, whose nodes are the ones the config lists
+        models = {n.name: n.gpu_model for n in config_nodes(fed, [site])}
+        backend = RayNvmlBackend(ray_site, models.__getitem__, fed.policies.mig.agent_runtime_env)
+    else:
+        backend = NoDeviceBackend()
+    return LiveMig(fed, site, store, backend, log)

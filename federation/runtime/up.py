@@ -1,74 +1,89 @@
-"""`fedctl up`: a local Ray cluster for the local sites (when none is given), the controller and the API."""
+"""`fedctl up`: a local Ray cluster (with the local sites' nodes, when the config has any), the
+controller's actors on it, and the API they serve."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import ray
 
 from federation.errors import FederationError
 from federation.model import Federation
-from federation.runtime.api import load_tokens, serve
-from federation.runtime.controller import Controller, config_nodes
+from federation.runtime.actors import log_path, site_parts, start_actors
+from federation.runtime.api import load_tokens
 from federation.runtime.localray import ray_cli, start_local_ray
-from federation.runtime.sites import RaySite
-from federation.store import RequestLedger, Store
-from providers.base import Provider
-from providers.factory import build_provider
-from providers.local import LocalProvider
+from federation.runtime.sites import config_nodes
+
+
+@dataclass
+class Up:
+    url: str
+    dashboard: str  # the local Ray cluster's
+    env: dict  # to run `ray` against it
+    providers: list = field(repr=False)  # the site actors that host a provider
+    actors: list = field(repr=False)
+
+    def close(self) -> None:
+        """Stop the actors (providers first: local burst workers go with them) and the local Ray cluster."""
+        for a in self.providers:
+            try:
+                ray.get(a.call.remote("provider", "close"), timeout=120)
+            except ray.exceptions.RayError:
+                pass  # already gone: nothing of it to stop
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        ray.shutdown()
+        subprocess.run([ray_cli(), "stop"], env=self.env, capture_output=True, timeout=120)
+
+
+def start(fed: Federation, state: Path, cycle_s: float, listen: str, tokens: dict[str, str] | None, log) -> Up:
+    """Everything `fedctl up` runs; `tokens` as `load_tokens` reads them (None: no auth)."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        raise FederationError(f"api.listen: {listen!r} is not HOST:PORT")
+    local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
+    # the controller runs on this cluster even when every site is a remote one (then it is a head only)
+    fixed = config_nodes(fed, [s.name for s in local])
+    dashboard, gcs, env = start_local_ray(fixed)
+    if local:
+        log(f"started a local Ray cluster at {dashboard}: {len(fixed)} node(s), {sum(n.gpus for n in fixed)} logical GPUs, "
+            f"for {', '.join(s.name for s in local)}")
+    try:
+        # the actors' log is a file `run_up` follows (see actors._log), not their forwarded prints
+        ray.init(address=gcs, namespace=f"federation-{fed.name}", logging_level="WARNING", log_to_driver=False)
+        address = {s.name: dashboard for s in local} | {s.name: s.ray_address for s in fed.sites if s.ray_address}
+        # a local burst site's "cloud nodes" are Ray workers started on this machine on demand
+        workers = {s.name: (s.name, gcs, dashboard, getattr(s.provider, "start_delay_s", 0.0), env) for s in local if s.is_cloud}
+        parts = site_parts(fed, state, address, workers)
+        url, sites, others = start_actors(fed, state, parts, host or "127.0.0.1", int(port), cycle_s, tokens)
+    except BaseException:
+        ray.shutdown()
+        subprocess.run([ray_cli(), "stop"], env=env, capture_output=True, timeout=120)
+        raise
+    return Up(url, dashboard, env, [a for n, a in sites.items() if "provider" in parts[n]], [*sites.values(), *others])
 
 
 def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
-    host, _, port = fed.api.listen.rpartition(":")
-    if not port.isdigit():
-        raise FederationError(f"api.listen: {fed.api.listen!r} is not HOST:PORT")
-    tokens = load_tokens(fed.api.tokens_file)
-    sites: dict[str, RaySite] = {}
-    providers: dict[str, Provider] = {}
-    local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
-    started_env = None
-    if local:
-        fixed = config_nodes(fed, [s.name for s in local])
-        address, gcs, started_env = start_local_ray(fixed)
-        log(f"started a local Ray cluster at {address}: {len(fixed)} node(s), {sum(n.gpus for n in fixed)} logical GPUs, "
-            f"for {', '.join(s.name for s in local)}")
-        for s in local:
-            sites[s.name] = RaySite(s.name, address)
-            if s.is_cloud:  # its "cloud nodes" are Ray workers started on this machine on demand
-                delay = getattr(s.provider, "start_delay_s", 0.0)
-                providers[s.name] = LocalProvider(s.name, gcs, address, delay, started_env)
-    ledger = RequestLedger(state)  # cloud requests live in the same journal as the jobs
-    inventories: dict[str, Provider] = {}
-    for s in fed.sites:
-        if s.ray_address and s.name not in sites:
-            sites[s.name] = RaySite(s.name, s.ray_address)
-            prov = build_provider(fed, s, ledger, state.parent / f"{state.name}.terraform")
-            if prov is not None:
-                (providers if s.is_cloud else inventories)[s.name] = prov
-                log(f"{s.name}: {type(prov).__name__}")
-    ctl = Controller(fed, Store(state), sites, providers=providers, inventories=inventories, ledger=ledger, log=log)
-
-    async def main():
-        runner = await serve(ctl, host or "127.0.0.1", int(port), cycle_s, tokens)
-        log(f"federation {fed.name!r} is serving the Ray Jobs API at http://{host}:{port}")
-        log(f"  submit: ray job submit --address http://{host}:{port} --metadata-json '{{\"queue\": \"{fed.leaf_queues[0]}\"}}' -- python -c \"print('hi')\"")
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+    up = start(fed, state, cycle_s, fed.api.listen, load_tokens(fed.api.tokens_file), log)
+    log(f"federation {fed.name!r} is serving the Ray Jobs API at {up.url} (its controller runs as Ray actors on {up.dashboard})")
+    log(f"  submit: ray job submit --address {up.url} --metadata-json '{{\"queue\": \"{fed.leaf_queues[0]}\"}}' -- python -c \"print('hi')\"")
 
     def on_term(*_):
         raise KeyboardInterrupt  # stop cleanly on SIGTERM too, so the Ray cluster we started is stopped
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        asyncio.run(main())
+        with open(log_path(state.resolve()), "a+", encoding="utf-8") as f:
+            f.seek(0, 2)  # from now on: what an earlier run logged is in the file
+            while True:
+                for line in f.readlines():
+                    log(line.rstrip("\n"))
+                time.sleep(0.5)
     except KeyboardInterrupt:
         log("stopping")
     finally:
-        for p in [*providers.values(), *inventories.values()]:
-            p.close()
-        if started_env is not None:
-            ray = ray_cli()
-            subprocess.run([ray, "stop"], env=started_env, capture_output=True, timeout=120)
+        up.close()
