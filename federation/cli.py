@@ -218,6 +218,8 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
     tidal = doc.get("tidal") or {}
     if tidal.get("active") or tidal.get("next_transition"):
         con.print(f"tidal windows active: {', '.join(tidal['active']) or 'none'}; next change at {tidal.get('next_transition') or 'none within 8 days'}")
+    if tidal.get("forecast_prewarm_gpus"):
+        con.print(f"forecast: {tidal['forecast_prewarm_gpus']:g} cloud GPUs wanted up ahead of the predicted peak")
     pending = Table(title="pending jobs")
     pending.add_column("job")
     pending.add_column("why")

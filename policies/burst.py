@@ -14,15 +14,20 @@ decisions back. Rules, in order:
   nodes idle until its last one boots; the provisioning timeout bounds that).
 Capacity errors and timeouts block a (site, group) for a while; the next cycle then fails over
 to the next option (spot -> the group's fallback, then other groups and sites).
+
+Forecast pre-warm: `prewarm_gpus` is the cloud capacity the forecast says burst queues will need
+one lead time from now (`prewarm_gpus()`). Nodes are requested ahead, within the same limits
+and budgets, until that much is up or booting, and idle nodes are not given back below it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from federation.feasibility import group_fits, tasks_per_node
-from federation.model import CapacityRequest, Federation, JobSpec, NodeGroup, Resources
+from federation.model import CapacityRequest, Federation, JobSpec, NodeGroup, Queue, Resources
 
 EPS_S = 1e-6  # timers fire at `since + wait`, which float addition may land a hair short of
 
@@ -57,6 +62,7 @@ class BurstInputs:
     enabled: bool
     budget_usd_per_hour: float
     month_spend_usd: float
+    prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,77 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
         count = len(opened[(site, group)]) - existing.get((site, group), 0)
         if count:
             out.scale_up.append(ScaleUp(site, group, count, tuple(jobs)))
+    if inp.enabled and month_left:
+        out.scale_up += _prewarm(fed, inp, out.scale_up, used, burn)
     out.release = _idle_to_release(fed, now, inp)
+    return out
+
+
+def prewarm_gpus(fed: Federation, predicted: dict[str, float], fixed_gpus: float, queues: Sequence[Queue] | None = None) -> float:
+    """The cloud GPUs to have up ahead of a predicted peak: what all queues are predicted to be
+    able to use beyond the fixed fleet, but no more than the burst queues are. A queue's
+    prediction counts up to what its quota lets it hold (capability, deserved plus borrowing
+    limit, the same of each ancestor): a backlog beyond that waits for quota, not for nodes.
+    `queues` are the quotas in force at the predicted hour (default: the config's)."""
+    by_name = {q.name: q for q in (queues or fed.queues)}
+
+    def ceiling(q: Queue) -> float:
+        return min(q.capability.gpu, (q.deserved + q.borrowing_limit).gpu)
+
+    usable = {}
+    for leaf, v in predicted.items():
+        q, cap = by_name[leaf], float("inf")
+        while q is not None:
+            cap = min(cap, ceiling(q))
+            q = by_name.get(q.parent) if q.parent else None
+        usable[leaf] = min(v, cap)
+    # an ancestor's ceiling binds its leaves together
+    held: dict[str, float] = {}
+    for leaf, v in usable.items():
+        q = by_name[leaf]
+        while q.parent:
+            held[q.parent] = held.get(q.parent, 0.0) + v
+            q = by_name[q.parent]
+    scale = {}
+    for leaf in usable:
+        f, q = 1.0, by_name[leaf]
+        while q.parent:
+            p = by_name[q.parent]
+            if held[p.name] > ceiling(p):
+                f = min(f, ceiling(p) / held[p.name])
+            q = p
+        scale[leaf] = f
+    total = sum(v * scale[q] for q, v in usable.items())
+    burstable = sum(v * scale[q] for q, v in usable.items() if by_name[q].burst)
+    return min(burstable, max(0.0, total - fixed_gpus))
+
+
+def _cloud_gpus(fed: Federation, inp: BurstInputs, ups: list[ScaleUp]) -> float:
+    return (sum(_group(fed, n.site, n.group).gpus_per_node for n in inp.nodes)
+            + sum(_group(fed, f.site, f.group).gpus_per_node * f.count for f in inp.in_flight)
+            + sum(_group(fed, u.site, u.group).gpus_per_node * u.count for u in ups))
+
+
+def _prewarm(fed: Federation, inp: BurstInputs, ups: list[ScaleUp], used: dict, burn: float) -> list[ScaleUp]:
+    """Nodes for the forecast's gap, cheapest GPUs first (or as listed), for no job yet."""
+    gap = inp.prewarm_gpus - _cloud_gpus(fed, inp, ups)
+    groups = [g for s in fed.sites if s.is_cloud for g in s.node_groups if g.elastic and g.gpus_per_node and (s.name, g.name) not in inp.blocked]
+    if fed.policies.burst.order == "cheapest":
+        groups.sort(key=lambda g: g.price_usd_per_hour / g.gpus_per_node)
+    out = []
+    for g in groups:
+        if gap <= EPS_S:
+            break
+        key = (g.site, g.name)
+        count = min(math.ceil(gap / g.gpus_per_node), g.max_nodes - used.get(key, 0))
+        if g.price_usd_per_hour > 0 and math.isfinite(inp.budget_usd_per_hour):
+            count = min(count, math.floor((inp.budget_usd_per_hour - burn) / g.price_usd_per_hour + EPS_S))
+        if count <= 0:
+            continue
+        out.append(ScaleUp(g.site, g.name, count, ()))
+        used[key] = used.get(key, 0) + count
+        burn += count * g.price_usd_per_hour
+        gap -= count * g.gpus_per_node
     return out
 
 
@@ -178,13 +254,15 @@ def _idle_to_release(fed: Federation, now: float, inp: BurstInputs) -> list[str]
     for n in inp.nodes:
         count[(n.site, n.group)] = count.get((n.site, n.group), 0) + 1
     delivering = {(f.site, f.group) for f in inp.in_flight}
+    spare = _cloud_gpus(fed, inp, []) - inp.prewarm_gpus  # what may go without undoing the pre-warm
     out = []
     for n in sorted(inp.nodes, key=lambda n: (n.idle_since_s or 0, n.name)):
         g = _group(fed, n.site, n.group)
         if n.busy or n.idle_since_s is None or now < n.idle_since_s + idle_s - EPS_S or (n.site, n.group) in delivering:
             continue
-        if count[(n.site, n.group)] <= g.min_nodes:
+        if count[(n.site, n.group)] <= g.min_nodes or spare < g.gpus_per_node - EPS_S:
             continue
         count[(n.site, n.group)] -= 1
+        spare -= g.gpus_per_node
         out.append(n.name)
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 HOURS = 168  # hours in a week
 
@@ -29,6 +30,16 @@ class WeeklyProfile:
     def predict(self, key: str, hour_of_week: int) -> float | None:
         s = self.slots.get(key)
         return None if s is None else s[hour_of_week % HOURS]
+
+
+def hour_of_week(local: datetime) -> int:
+    """0 = Monday 00:00, in the federation's time zone."""
+    return local.weekday() * 24 + local.hour
+
+
+def alpha_for(history_days: float) -> float:
+    """The weight of the newest week that makes the profile remember about `history_days`."""
+    return min(1.0, 7 / history_days)
 
 
 def learn(series: dict[str, Sequence[float]], first_hour_of_week: int = 0, alpha: float = 0.5) -> WeeklyProfile:
@@ -63,4 +74,27 @@ def hourly(intervals: Iterable[tuple[str, float, float, float]], start_s: float,
             lo, hi = max(a, start_s + h * 3600), min(b, start_s + (h + 1) * 3600)
             if hi > lo:
                 s[h] += amount * (hi - lo) / 3600
+    return out
+
+
+def hourly_peak(intervals: Iterable[tuple[str, float, float, float]], start_s: float, hours: int) -> dict[str, list[float]]:
+    """Per key, the most `amount` held at once in each hour from `start_s`, from (key, amount,
+    from_s, to_s): the demand a peak needs ready, as the simulator observes it cycle by cycle."""
+    edges: dict[str, list[tuple[float, float]]] = {}
+    for key, amount, a, b in intervals:
+        if b > a:
+            edges.setdefault(key, []).extend(((a, amount), (b, -amount)))
+    out: dict[str, list[float]] = {}
+    for key, evs in edges.items():
+        peaks, level = [0.0] * hours, 0.0
+        evs.sort(key=lambda e: (e[0], e[1]))  # at one instant, ends before starts
+        for i, (t, delta) in enumerate(evs):
+            level += delta
+            nxt = evs[i + 1][0] if i + 1 < len(evs) else t
+            if nxt <= t or level <= 0:
+                continue
+            first, last = max(0, int((t - start_s) // 3600)), min(hours - 1, int((nxt - start_s - 1e-9) // 3600))
+            for h in range(first, last + 1):
+                peaks[h] = max(peaks[h], level)
+        out[key] = peaks
     return out

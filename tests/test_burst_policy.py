@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from federation.config import parse
 from federation.model import CapacityRequest, Resources
-from policies.burst import BurstInputs, CloudNode, InFlight, decide
+from policies.burst import BurstInputs, CloudNode, InFlight, decide, prewarm_gpus
 
-FED = parse("""
+FED_TEXT = """
 federation: {name: t, timezone: UTC}
 sites:
   - name: idc
@@ -24,7 +26,8 @@ queues:
   - {name: online, deserved: {gpu: 8}}
 policies:
   burst: {enabled: true, pending_wait_s: 600, budget_usd_per_hour: 60, budget_usd_per_month: 1000, scale_in_idle_s: 300}
-""", "t.yaml")
+"""
+FED = parse(FED_TEXT, "t.yaml")
 
 
 def gang(job, tasks, queue="research", since=0.0):
@@ -84,3 +87,33 @@ def test_a_delivered_node_waiting_for_the_rest_of_its_request_is_kept():
     assert decide(FED, 400, inputs(nodes=nodes, in_flight=(delivering,))).release == []
     other_group = InFlight("r2", "cloud", "od", 2, 0.0, ("b",))
     assert decide(FED, 400, inputs(nodes=nodes, in_flight=(other_group,))).release == ["n1"]
+
+
+def test_a_predicted_peak_boots_the_cheapest_gpus_ahead_within_the_budget():
+    # 20 GPUs predicted beyond the fleet: 3 spot nodes (max_nodes) then the fallback, $60/h at most
+    d = decide(FED, 0, replace(inputs(), prewarm_gpus=20.0))
+    assert [(u.group, u.count, u.jobs) for u in d.scale_up] == [("spot", 3, ())]
+    d = decide(FED, 0, replace(inputs(), prewarm_gpus=40.0))
+    assert [(u.group, u.count) for u in d.scale_up] == [("spot", 3), ("od", 1)]  # 3 x 10 + 1 x 30 = the $60/h budget
+    up = [CloudNode(f"n{i}", "cloud", "spot", False, 0.0) for i in range(2)]
+    assert decide(FED, 0, replace(inputs(nodes=up), prewarm_gpus=16.0)).scale_up == []  # already there
+    assert decide(FED, 0, replace(inputs(), prewarm_gpus=20.0, enabled=False)).scale_up == []
+
+
+def test_idle_nodes_are_kept_while_the_forecast_wants_them():
+    idle = [CloudNode(f"n{i}", "cloud", "spot", False, 0.0) for i in range(3)]
+    assert sorted(decide(FED, 400, replace(inputs(nodes=idle), prewarm_gpus=8.0)).release) == ["n0", "n1"]
+    assert decide(FED, 400, replace(inputs(nodes=idle), prewarm_gpus=24.0)).release == []
+
+
+def test_the_prewarm_covers_only_what_burst_queues_are_predicted_to_want_beyond_the_fleet():
+    assert prewarm_gpus(FED, {"research": 16.0, "online": 4.0}, fixed_gpus=8.0) == 12.0
+    assert prewarm_gpus(FED, {"research": 4.0, "online": 16.0}, fixed_gpus=8.0) == 4.0  # online never bursts
+    assert prewarm_gpus(FED, {"research": 2.0, "online": 2.0}, fixed_gpus=8.0) == 0.0
+
+
+def test_a_backlog_beyond_the_queues_quota_is_not_pre_warmed():
+    capped = parse(FED_TEXT.replace("{name: research, deserved: {gpu: 8}, burst: true}",
+                                    "{name: research, deserved: {gpu: 8}, borrowing_limit: {gpu: 8}, burst: true}"), "t.yaml")
+    # research may hold 16 GPUs at most: a predicted 40 is 16 it could use, 8 beyond the fleet
+    assert prewarm_gpus(capped, {"research": 40.0, "online": 0.0}, fixed_gpus=8.0) == 8.0

@@ -6,6 +6,7 @@ at admission, which is where the cloud's part ends."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC
 
 import boto3
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from federation.config import parse
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
-from federation.store import CloudRequest, RequestLedger, Store
+from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from providers.aws import Ec2Provider
 from tests.fakes.faulty import FaultyProxy, ec2_error
 
@@ -36,18 +37,20 @@ queues:
   - {{name: research, deserved: {{gpu: 8}}, burst: true}}
 policies:
   burst: {{enabled: true, pending_wait_s: 60, budget_usd_per_hour: 200, provisioning_timeout_s: 600, scale_in_idle_s: 300}}
+  tidal: {tidal}
 """
 
 
 @pytest.fixture
-def cloud(moto_server, tmp_path):
+def cloud(moto_server, tmp_path, request):
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_server)
     vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24")["Subnet"]["SubnetId"]
     template = f"tpl-{uuid.uuid4().hex[:6]}"
     ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData={"ImageId": "ami-12c6146b"})
     proxy = FaultyProxy(moto_server)
-    fed = parse(CONFIG.format(fed=f"ctl-{uuid.uuid4().hex[:6]}", template=template, subnet=subnet, endpoint=proxy.url))
+    tidal = getattr(request, "param", "[]")  # a test may give the config tidal policies
+    fed = parse(CONFIG.format(fed=f"ctl-{uuid.uuid4().hex[:6]}", template=template, subnet=subnet, endpoint=proxy.url, tidal=tidal))
     clock = [1_800_000_000.0]
     made = []
 
@@ -192,3 +195,35 @@ def test_a_failed_listing_is_not_an_empty_cloud(cloud):
     ctl.tick()
     assert ctl.cloud_nodes == nodes  # the last listing stands
     assert ctl.store.get("big").status == "ADMITTED" and ctl.ledger.requests("aws")[0].state == "DELIVERED"
+
+
+@pytest.mark.parametrize("cloud", ["[{name: prewarm, forecast: {history_days: 7, lead_s: 900}}]"], indirect=True)
+def test_the_forecast_learned_from_the_journal_boots_nodes_ahead_of_the_evening_peak(cloud, tmp_path):
+    """A week of 16-GPU research gangs from 20:00 to 22:00 in the journal; at 19:46 the next day
+    the controller asks for the one node the IDC's 8 GPUs leave short, for no job yet."""
+    from datetime import datetime
+
+    controller, clock, _, instances = cloud
+    day0 = datetime(2027, 3, 1, tzinfo=UTC).timestamp()  # a Monday
+    store = Store(tmp_path / "state.db")
+    for d in range(7):
+        start = day0 + d * 86400 + 20 * 3600
+        store.insert(JobRow(f"past-{d}", "python train.py", {}, {}, {"queue": "research", "tasks": 2, "gpus_per_task": 8.0},
+                            status="SUCCEEDED", site="aws", submitted_s=start, started_s=start, ended_s=start + 7200))
+    clock[0] = day0 + 7 * 86400 + 10 * 3600  # 10:00: no peak ahead
+    ctl, prov = controller()
+    ctl.tick()
+    prov.wait(60)
+    assert instances() == [] and ctl.status()["tidal"]["forecast_prewarm_gpus"] == 0
+    clock[0] = day0 + 7 * 86400 + 19 * 3600 + 46 * 60
+    ctl.forecast.learned_s = float("-inf")  # as an hour later: the profile is learned again
+    ctl.tick()
+    prov.wait(60)
+    assert ctl.status()["tidal"]["forecast_prewarm_gpus"] == 8
+    assert len(instances()) == 1
+    [req] = RequestLedger(tmp_path / "state.db").requests()
+    assert (req.count, req.jobs or []) == (1, [])
+    clock[0] += 60
+    ctl.tick()
+    prov.wait(60)
+    assert len(instances()) == 1  # asked once

@@ -94,3 +94,54 @@ def test_the_simulator_pre_warms_mig_slices_ahead_of_the_learned_peak(tmp_path: 
     assert out["forecast"]["cold_starts"] == 70
     assert out["forecast"]["forecast"]["profile_mae"] < out["forecast"]["forecast"]["last_hour_mae"]
     assert "forecast" not in out["none"]
+
+
+def test_the_hourly_peak_is_the_most_held_at_once_in_each_hour():
+    from policies.forecast import hourly_peak
+
+    iv = [("q", 4, 0, 1800), ("q", 2, 900, 5400), ("q", 8, 7200, 7300), ("r", 1, 3600, 3600)]
+    assert hourly_peak(iv, 0, 3) == {"q": [6, 2, 8]}  # 4+2 overlap in hour 0; r held for no time
+    assert hourly_peak([("q", 3, -7200, 3700)], 0, 2) == {"q": [3, 3]}  # from before the start, into hour 1
+
+
+BURST = """
+federation: {name: fcb, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    provider: {kind: simulated}
+    node_groups: [{name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 1}]
+  - name: cloud
+    kind: simulated
+    provider: {kind: simulated}
+    node_groups:
+      - {name: od, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96, memory_gib_per_node: 1152, max_nodes: 4,
+         price_usd_per_hour: 30, boot_s: 600}
+queues:
+  - {name: online, deserved: {gpu: 8}, sites: [idc]}
+  - {name: research, deserved: {gpu: 8}, burst: true}
+policies:
+  burst: {enabled: true, pending_wait_s: 300, budget_usd_per_hour: 200, scale_in_idle_s: 600}
+  TIDAL
+"""
+
+
+def test_the_simulator_boots_cloud_nodes_ahead_of_a_learned_burst_peak(tmp_path: Path):
+    """Online fills the IDC; a 16-GPU research gang arrives at 20:00 every day. Without a
+    forecast it waits each evening for pending_wait_s and a boot; with one, from the second week
+    (a weekday is predicted from the same weekday before) the nodes are up when it arrives."""
+    jobs = [{"id": "online", "queue": "online", "submit_s": 0, "tasks": 1, "gpus_per_task": 8, "duration_s": 15 * 86400}]
+    jobs += [{"id": f"train-{d}", "queue": "research", "submit_s": d * 86400 + 20 * 3600, "tasks": 2, "gpus_per_task": 8,
+              "duration_s": 7200} for d in range(14)]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in jobs))
+    waits, spend = {}, {}
+    for name, tidal in (("none", "tidal: []"), ("forecast", "tidal: [{name: prewarm, forecast: {history_days: 14, lead_s: 900}}]")):
+        f = parse(BURST.replace("TIDAL", tidal))
+        res = Simulator(f, read_jsonl(trace, f), SimOptions(seed=1)).run()
+        waits[name] = [res.jobs[f"train-{d}"].first_start_s - (d * 86400 + 20 * 3600) for d in range(14)]
+        spend[name] = res.ledger.total_cost
+    assert all(w >= 800 for w in waits["none"])  # pending_wait_s, then a 600 s boot
+    assert all(w >= 800 for w in waits["forecast"][:7])  # nothing learned yet
+    assert all(w < 1 for w in waits["forecast"][7:]), waits["forecast"]
+    assert spend["forecast"] > spend["none"]  # nodes booted ahead cost their lead time

@@ -20,6 +20,7 @@ from federation.feasibility import check_job
 from federation.jobs import make_job
 from federation.mig.manager import CAPACITY_REASONS, MigManager
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
+from federation.runtime.forecasting import LiveForecast
 from federation.runtime.mig import live_mig
 from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
@@ -104,6 +105,7 @@ class Controller:
         # users only once its site runs it (until then its driver is still starting there)
         self.site_status: dict[str, str] = {}
         self.specs: dict[str, JobSpec] = {}  # of the live jobs: a request never changes, so it is built once
+        self.forecast = LiveForecast(fed)
         self.cycle_s: list[float] = []
         # since this controller started, for /metrics counters (Prometheus handles the resets)
         self.admissions: Counter[str] = Counter()  # by site
@@ -363,9 +365,10 @@ class Controller:
             cloud.append(burst_policy.CloudNode(n.name, n.site, n.node_group, busy, self.idle_since.get(n.name), free))
         enabled, budget = effective_burst(self.fed, self._local(now))
         pending_since = {r.id: r.submitted_s for r in self.store.jobs({"PENDING"})}
+        prewarm = self.forecast.prewarm_gpus(now, self.store.jobs, sum(n.gpus for n in self.fixed_nodes))
         d = burst_policy.decide(self.fed, now, burst_policy.BurstInputs(
             plan.capacity_requests, pending_since, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget,
-            self.ledger.spend(self._month(now))))
+            self.ledger.spend(self._month(now)), prewarm))
         for job_id, (code, msg) in d.reasons.items():
             self.store.update(job_id, reason=code, message=f"{code}: {msg}")
         for up in d.scale_up:
@@ -374,7 +377,8 @@ class Controller:
             self.ledger.record(CloudRequest(rid, up.site, up.group, up.count, now, jobs=list(up.jobs)))
             self.in_flight[rid] = burst_policy.InFlight(rid, up.site, up.group, up.count, now, up.jobs)
             self.providers[up.site].request(rid, self.fed.site(up.site).node_group(up.group), up.count)
-            self.log(f"{up.site}: requested {up.count} x {up.group} for {', '.join(up.jobs)} (request {rid})")
+            why = ", ".join(up.jobs) or f"the forecast ({prewarm:g} GPUs wanted {self.forecast.spec.lead_s:g} s ahead)"
+            self.log(f"{up.site}: requested {up.count} x {up.group} for {why} (request {rid})")
             for j in up.jobs:
                 self.store.update(j, reason="WaitingForBurst", message=f"WaitingForBurst: {up.count} node(s) of {up.site}/{up.group} requested")
         by_site: dict[str, list[str]] = {}
@@ -486,7 +490,8 @@ class Controller:
             "queues": [{"name": q.name, "parent": q.parent, "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),
                         "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}
                        for q in effective_queues(self.fed, local)],
-            "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None},
+            "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
+                      **({"forecast_prewarm_gpus": self.forecast.last_gpus} if self.forecast.spec else {})},
             "pending": [{"job": r.id, "reason": r.reason, "message": r.message} for r in rows if r.status == "PENDING"],
             "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
             "mig": {site: m.status() for site, m in self.mig.items()},

@@ -27,7 +27,7 @@ from federation.scheduler import CycleState, Snapshot, incremental_pending, node
 from federation.simulation.ledger import Ledger
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
-from policies.forecast import WeeklyProfile
+from policies.forecast import WeeklyProfile, alpha_for, hour_of_week
 from policies.placement import make_strategy, workload_mix
 from policies.tidal import (
     active_policies,
@@ -122,13 +122,14 @@ class Simulator:
         self.mig_stats = {"reconfigurations": 0, "drains": 0, "drain_gpu_s": 0.0, "warm_starts": 0, "cold_starts": 0}
         self.instance_ready: dict[tuple[str, int, str, int], float] = {}  # (node, gpu, profile, start) -> since
         self.drain_since: dict[str, float] = {}
-        # forecast pre-warm: MIG demand per site and profile, learned hour by hour of the week
+        # forecast pre-warm: GPUs per queue and MIG instances per site and profile, learned hour by hour of the week
         fc = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
-        self.forecast_lead_s = fc.lead_s if fc and self.mig else None
-        self.profile = WeeklyProfile(alpha=min(1.0, 7 / fc.history_days)) if fc else None
+        self.forecast_lead_s = fc.lead_s if fc else None
+        self.profile = WeeklyProfile(alpha=alpha_for(fc.history_days)) if fc else None
         self.forecast_err = {"hours": 0, "profile_abs": 0.0, "last_hour_abs": 0.0}
         self.last_seen: dict[str, float] = {}
-        self.hour_peak: dict[str, float] = {}  # the most MIG demand seen since the last hourly observation
+        self.hour_peak: dict[str, float] = {}  # the most demand seen since the last hourly observation
+        self.prewarm = 0.0  # cloud GPUs the forecast wants up now, for the hour one lead time ahead
 
     # ---- plumbing ----
 
@@ -149,6 +150,7 @@ class Simulator:
                 for i in range(g.count):
                     self._node_up(0.0, Node(f"{site.name}/{g.name}-{i}", site.name, g.name, g.gpu_model, g.gpus_per_node,
                                             g.node_resources.cpu_milli, g.node_resources.memory_mib, rack=f"{g.name}-rack-{i % g.racks}"))
+        self.fixed_gpus = sum(n.gpus for n in self.nodes.values())  # before any cloud node
         self.queues = effective_queues(self.fed, self.local(0.0))
         mix = workload_mix(j.spec for j in self.trace.jobs)  # FGD weighs fragmentation by the workload's mix
         self.state = CycleState(ClusterState(self.nodes.values()), QuotaTree(self.queues, node_capacity(self.nodes.values())),
@@ -370,9 +372,6 @@ class Simulator:
         if not self.mig:
             return
         local = self.local(t)
-        if self.forecast_lead_s is not None:
-            for key, v in self._mig_demand().items():
-                self.hour_peak[key] = max(v, self.hour_peak.get(key, 0.0))
         waiting = [spec for j, spec in self.pending.items() if self.jobs[j].last_reason in CAPACITY_REASONS]
         for site, manager in self.mig.items():
             nodes = [n for n in self.nodes.values() if n.site == site]
@@ -403,22 +402,34 @@ class Simulator:
                              "last_hour_mae": round(e["last_hour_abs"] / e["hours"], 3)}}
 
     def _hour_of_week(self, t: float) -> int:
-        local = self.local(t)
-        return local.weekday() * 24 + local.hour
+        return hour_of_week(self.local(t))
 
-    def _mig_demand(self) -> dict[str, float]:
-        """Site/profile -> instances held or wanted now (running plus pending tasks)."""
+    def _demand(self) -> dict[str, float]:
+        """What is held or wanted now (running plus pending tasks): `queue:<name>` GPUs, and
+        `<site>/<profile>` MIG instances."""
         out: dict[str, float] = {}
         for r in self.running.values():
-            if r.spec.mig_profile is not None:
+            key = f"queue:{r.spec.queue}"
+            out[key] = out.get(key, 0) + r.usage.gpu
+            if r.spec.mig_profile is not None and self.mig:
                 key = f"{r.site}/{r.spec.mig_profile}"
                 out[key] = out.get(key, 0) + len(r.placements)
         for spec in self.pending.values():
+            key = f"queue:{spec.queue}"
+            out[key] = out.get(key, 0) + spec.per_task.gpu * spec.tasks
             if spec.mig_profile is not None:
                 for site in self.mig:
                     key = f"{site}/{spec.mig_profile}"
                     out[key] = out.get(key, 0) + spec.tasks
         return out
+
+    def _prewarm_gpus(self, t: float) -> float:
+        """The cloud GPUs the forecast wants up for the hour one lead time ahead."""
+        if self.forecast_lead_s is None:
+            return 0.0
+        ahead = self.local(t + self.forecast_lead_s)
+        predicted = {q: self.profile.predict(f"queue:{q}", hour_of_week(ahead)) or 0.0 for q in self.fed.leaf_queues}
+        return burst_policy.prewarm_gpus(self.fed, predicted, self.fixed_gpus, effective_queues(self.fed, ahead))
 
     def _observe_demand(self, t: float) -> None:
         """Learn the hour's peak demand, scoring first what the profile had predicted for it."""
@@ -442,6 +453,8 @@ class Simulator:
         h = self._hour_of_week(t + self.forecast_lead_s)
         out = {}
         for key in self.profile.slots:
+            if key.startswith("queue:"):
+                continue
             s, profile = key.split("/", 1)
             guess = self.profile.predict(key, h) if s == site else None
             if guess:
@@ -478,7 +491,12 @@ class Simulator:
             self.state.quota = quota
             self.dirty = True
         upcoming = upcoming_reserves(self.fed, local) if self.fed.policies.tidal else {}
-        if not self.pending and not self.cloud and not self.in_flight and not self.over_capability and not reshaped and not upcoming:
+        if self.forecast_lead_s is not None:
+            for key, v in self._demand().items():
+                self.hour_peak[key] = max(v, self.hour_peak.get(key, 0.0))
+        self.prewarm = self._prewarm_gpus(t)
+        if (not self.pending and not self.cloud and not self.in_flight and not self.over_capability and not reshaped and not upcoming
+                and not self.prewarm):
             return
         pending = incremental_pending(self.pending, self.new_pending, self.reservations, full=self.dirty)
         self.new_pending = set()
@@ -518,6 +536,7 @@ class Simulator:
             enabled=enabled,
             budget_usd_per_hour=budget,
             month_spend_usd=self.ledger.total_cost - self.month_base_usd,
+            prewarm_gpus=self.prewarm,
         )
         d = burst_policy.decide(self.fed, t, inp)
         for job_id, (code, _) in d.reasons.items():
