@@ -3,6 +3,10 @@
 One row per job. The controller writes a decision (admitted, with its placements and the
 dispatch id it will use) before it acts on it, so that after a restart it can replay and
 reconcile: a job whose dispatch id the site already knows is not dispatched again.
+
+The live jobs (not yet ended) are also kept in memory, written through: every cycle reads them
+all, and decoding thousands of rows each time held up submissions. So the jobs table has one
+writer, the process that owns this Store (the queue controller); other processes may read it.
 """
 
 from __future__ import annotations
@@ -10,13 +14,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 COLUMNS = ("id", "entrypoint", "metadata", "runtime_env", "request", "status", "reason", "message", "site", "placements",
            "dispatch_id", "submitted_s", "started_s", "ended_s", "attempt", "stop_at_s")
 JSON_COLUMNS = {"metadata", "runtime_env", "request", "placements"}
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+LIVE = {"PENDING", "ADMITTED", "RUNNING"}
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Store:
         # layout it had before, kept on a failure) or READY
         self._db.execute("CREATE TABLE IF NOT EXISTS mig_layouts (node TEXT, gpu INTEGER, layout TEXT, previous TEXT, state TEXT, "
                          "since_s REAL, PRIMARY KEY (node, gpu))")
+        self._live: dict[str, JobRow] | None = None  # id -> row of the live jobs, read at first use
 
     def _row(self, values: tuple) -> JobRow:
         d = dict(zip(COLUMNS, values, strict=True))
@@ -68,6 +74,8 @@ class Store:
                 return self._row(cur), False
             values = [json.dumps(getattr(row, c)) if c in JSON_COLUMNS and getattr(row, c) is not None else getattr(row, c) for c in COLUMNS]
             self._db.execute(f"INSERT INTO jobs VALUES ({', '.join('?' for _ in COLUMNS)})", values)
+            if self._live is not None and row.status in LIVE:
+                self._live[row.id] = replace(row)  # rows handed out are never changed in place
             return row, True
 
     def update(self, job_id: str, **fields) -> None:
@@ -75,24 +83,50 @@ class Store:
         values = [json.dumps(v) if k in JSON_COLUMNS and v is not None else v for k, v in fields.items()]
         with self._lock:
             self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values, job_id])
+            if self._live is None:
+                return
+            row = self._live.get(job_id)
+            if row is None and fields.get("status") in LIVE:  # an ended job back in play
+                cur = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                row = self._row(cur) if cur else None
+            elif row is not None:
+                row = replace(row, **fields)
+            if row is None or row.status not in LIVE:
+                self._live.pop(job_id, None)
+            else:
+                self._live[job_id] = row
 
     def get(self, job_id: str) -> JobRow | None:
         with self._lock:
+            if self._live is not None and job_id in self._live:
+                return self._live[job_id]
             cur = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._row(cur) if cur else None
 
     def jobs(self, statuses: set[str] | None = None) -> list[JobRow]:
+        if statuses is not None and statuses <= LIVE:
+            with self._lock:
+                if self._live is None:
+                    self._live = {r.id: r for r in map(self._row, self._fetch(LIVE))}
+                rows = [r for r in self._live.values() if r.status in statuses]
+            return sorted(rows, key=lambda r: (r.submitted_s, r.id))
+        with self._lock:
+            found = self._fetch(statuses)
+        return [self._row(r) for r in found]
+
+    def _fetch(self, statuses: set[str] | None) -> list[tuple]:
+        """The raw rows with these statuses (all when None); the caller holds the lock."""
         where, args = "", []
         if statuses is not None:
             args = sorted(statuses)
             where = f"WHERE status IN ({', '.join('?' for _ in args)}) "
-        with self._lock:
-            rows = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs {where}ORDER BY submitted_s, id", args).fetchall()
-        return [self._row(r) for r in rows]
+        return self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs {where}ORDER BY submitted_s, id", args).fetchall()
 
     def delete(self, job_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            if self._live is not None:
+                self._live.pop(job_id, None)
 
     def set_mig(self, node: str, gpu: int, layout: list, state: str, at: float, previous: list | None = None) -> None:
         with self._lock:

@@ -91,3 +91,31 @@ def test_stopping_a_job_at_an_unreachable_site_is_a_503_that_says_so(ctl):
     status, text = asyncio.run(go())
     assert status == 503 and "cannot reach its Ray cluster" in text and "not stopped" in text
     assert c.store.get("a").status == "ADMITTED"  # nothing changed: it is stopped once the site answers
+
+
+def test_the_stores_live_jobs_in_memory_always_match_the_database(tmp_path):
+    """Random inserts, status changes (ending, requeueing an ended job), field updates and
+    deletes: after each, the written-through live rows equal what a fresh reader finds."""
+    import random
+
+    rng = random.Random(7)
+    path = tmp_path / "cache.db"
+    store = Store(path)
+    statuses = ["PENDING", "ADMITTED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"]
+    ids = []
+    store.jobs({"PENDING"})  # the cache is loaded from here on
+    for step in range(300):
+        op = rng.random()
+        if op < 0.3 or not ids:
+            ids.append(f"j{step}")
+            store.insert(JobRow(ids[-1], "true", {}, {}, {"queue": "research"}, status=rng.choice(statuses), submitted_s=rng.random()))
+        elif op < 0.8:
+            store.update(rng.choice(ids), status=rng.choice(statuses), message=f"step {step}", placements=[{"node": "n", "gpus": [step % 8]}])
+        elif op < 0.9:
+            store.update(rng.choice(ids), reason="WaitingForQuota")
+        else:
+            store.delete(ids.pop(rng.randrange(len(ids))))
+        fresh = [r for r in Store(path).jobs() if r.status in {"PENDING", "ADMITTED", "RUNNING"}]  # read from the file
+        assert store.jobs({"PENDING", "ADMITTED", "RUNNING"}) == fresh
+        assert store.jobs({"RUNNING"}) == [r for r in fresh if r.status == "RUNNING"]
+        assert all(store.get(r.id) == r for r in fresh)
