@@ -218,6 +218,31 @@ class NvmlBackend:
                 out[(p.name, nv.nvmlGpuInstanceGetInfo(arr[i]).placement.start)] = arr[i]
         return out
 
+    def mig_uuid(self, gpu: int, profile: str, start: int) -> str:
+        """The UUID of the MIG device of GPU `gpu`'s `profile` instance at `start`: what a task
+        on that slice sets CUDA_VISIBLE_DEVICES to."""
+        nv = self.nvml
+        nv.nvmlInit()
+        try:
+            parent = nv.nvmlDeviceGetHandleByIndex(gpu)
+            gi = self.instances(parent).get((profile, start))
+            if gi is None:
+                raise NvmlError(f"GPU {gpu} has no {profile} instance at slice {start}; is its layout applied?")
+            want = nv.nvmlGpuInstanceGetInfo(gi).id
+            for i in range(nv.nvmlDeviceGetMaxMigDeviceCount(parent)):
+                try:
+                    mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(parent, i)
+                except nv.NVMLError:
+                    continue  # an index with no MIG device
+                if nv.nvmlDeviceGetGpuInstanceId(mig) == want:
+                    uuid = nv.nvmlDeviceGetUUID(mig)
+                    return uuid.decode() if isinstance(uuid, bytes) else uuid
+            raise NvmlError(f"GPU {gpu}'s {profile} instance at slice {start} has no compute instance")
+        except nv.NVMLError as e:
+            raise NvmlError(f"GPU {gpu}: {e}") from None
+        finally:
+            nv.nvmlShutdown()
+
     def _apply_gpu(self, handle, gpu: int, layout: list[tuple[str, int]]) -> None:
         nv = self.nvml
         want_mode = nv.NVML_DEVICE_MIG_ENABLE if layout else nv.NVML_DEVICE_MIG_DISABLE

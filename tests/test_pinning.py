@@ -62,3 +62,40 @@ def test_only_uploaded_packages_are_referenced_and_odd_runtime_envs_are_not_an_e
     env = {"working_dir": "gcs://_ray_pkg_a.zip", "py_modules": ["gcs://_ray_pkg_b.zip", "s3://bucket/m.zip", "/local/path"]}
     assert referenced(env) == ["_ray_pkg_a.zip", "_ray_pkg_b.zip"]
     assert referenced("not a dict") == [] and referenced({"py_modules": "gcs://x.zip"}) == []
+
+
+MIG_FED = parse("""
+federation: {name: pinmig, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    node_groups: [{name: a100, gpu_model: A100-80GB, gpus_per_node: 2, cpus_per_node: 32, memory_gib_per_node: 256, count: 1, mig: {enabled: true}}]
+queues: [{name: q, deserved: {gpu: 2}}]
+""", "pinmig.yaml")
+
+
+def test_a_mig_task_finds_the_uuid_of_exactly_its_slice(monkeypatch):
+    from providers.mig_backends import NvmlBackend
+    from tests.fakes.nvml import FakeNvml
+
+    fake = FakeNvml("A100-80GB", gpus=2)
+    NvmlBackend("A100-80GB", fake).apply("here", {0: [("3g.40gb", 0), ("3g.40gb", 4)], 1: [("1g.10gb", 2)]})
+    spec = make_job(MIG_FED, id="m", queue="q", submit_s=0, tasks=2, mig_profile="3g.40gb")
+    placed = [{"node": "idc/a100-0", "gpus": [0], "mig": {"gpu": 0, "profile": "3g.40gb", "start": 4}},
+              {"node": "idc/a100-0", "gpus": [1], "mig": {"gpu": 1, "profile": "3g.40gb", "start": 0}}]
+    a = allocation_for("m", "idc", placed, spec, {"idc/a100-0": "A100-80GB"})
+    assert [p["gpu_model"] for p in a["placements"]] == ["A100-80GB", "A100-80GB"]
+    monkeypatch.setenv("FEDERATION_ALLOCATION", json.dumps(a))
+    assert fr.mig_device(0, nvml=fake) == "MIG-fake-0-3g.40gb-4"  # not the 3g.40gb at slice 0 beside it
+    with pytest.raises(FederationError, match="GPU 1 has no 3g.40gb instance at slice 0"):
+        fr.mig_device(1, nvml=fake)  # that GPU was sliced otherwise
+    with pytest.raises(FederationError, match="tasks 0-1, not 2"):
+        fr.mig_device(2, nvml=fake)
+
+
+def test_whole_gpu_tasks_have_no_mig_device(monkeypatch):
+    a = alloc(tasks=2, gpus_per_task=1)
+    assert all("gpu_model" not in p for p in a["placements"])
+    monkeypatch.setenv("FEDERATION_ALLOCATION", json.dumps(a))
+    with pytest.raises(FederationError, match="not given a MIG slice"):
+        fr.mig_device(0)

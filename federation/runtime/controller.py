@@ -395,7 +395,8 @@ class Controller:
     def _dispatch(self, job_id: str) -> None:
         row = self.store.get(job_id)
         site = self.sites[row.site]
-        allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s))
+        allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s),
+                                    {n.name: n.gpu_model for n in self.nodes if n.site == row.site})
         try:
             for name in referenced(row.runtime_env):
                 site.ensure_package(name, lambda n=name: self.store.package(n))

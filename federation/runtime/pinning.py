@@ -5,7 +5,8 @@ site's Ray nodes each carry a custom resource naming them (`federation-node/<nod
 local provider, the Terraform modules and `fedctl up` start nodes that way), so a placement group
 bundle that asks for a sliver of that resource can only land on that node. The GPU counts come
 from the allocation too; which device indices Ray hands out within a node is Ray's business, and
-since the controller never gives a node's GPUs out twice, Ray always has them.
+since the controller never gives a node's GPUs out twice, Ray always has them. A MIG slice is
+not a Ray GPU: a MIG task asks `mig_device()` for its slice's UUID, read with NVML on its node.
 
 A job with one task (and no `min_tasks`) needs none of this: its entrypoint is the task, and the
 controller submits it with the task's GPUs and CPUs and pinned to its node. A gang's entrypoint is
@@ -32,8 +33,11 @@ def node_resource(node: str) -> str:
     return f"federation-node/{node}"
 
 
-def allocation_for(job_id: str, site: str, placements: list[dict], spec: JobSpec) -> dict:
-    """What the controller hands a job: where its tasks go and what each one holds."""
+def allocation_for(job_id: str, site: str, placements: list[dict], spec: JobSpec, gpu_models: dict[str, str] | None = None) -> dict:
+    """What the controller hands a job: where its tasks go and what each one holds. A MIG task's
+    placement also names its node's GPU model (`gpu_models`: node -> model), for `mig_device()`."""
+    models = gpu_models or {}
+    placements = [{**p, "gpu_model": models[p["node"]]} if p.get("mig") and p["node"] in models else p for p in placements]
     return {
         "job": job_id, "site": site, "placements": placements,
         "per_task": {"gpu": spec.per_task.gpu_milli / 1000, "cpu": spec.per_task.cpu_milli / 1000},
@@ -77,6 +81,25 @@ def allocation() -> dict:
     if raw is None:
         raise FederationError("FEDERATION_ALLOCATION is not set: gang() works inside a job the federation dispatched")
     return json.loads(raw)
+
+
+def mig_device(task: int = 0, nvml=None) -> str:
+    """For a MIG task (`task`: its index in the gang, its bundle index), the UUID of its slice, read
+    with NVML on its node: set `CUDA_VISIBLE_DEVICES` to it before CUDA starts. Ray hands out
+    whole GPUs itself; a MIG slice is not a Ray GPU, so the task finds its own."""
+    from providers.mig_backends import NvmlBackend, NvmlError
+
+    a = allocation()
+    if not 0 <= task < len(a["placements"]):
+        raise FederationError(f"job {a['job']} has tasks 0-{len(a['placements']) - 1}, not {task}")
+    p = a["placements"][task]
+    if not p.get("mig") or "gpu_model" not in p:
+        raise FederationError(f"task {task} of job {a['job']} was not given a MIG slice; mig_device() is for jobs with a mig_profile")
+    m = p["mig"]
+    try:
+        return NvmlBackend(p["gpu_model"], nvml).mig_uuid(m["gpu"], m["profile"], m["start"])
+    except NvmlError as e:
+        raise FederationError(f"task {task} of job {a['job']} on {p['node']}: {e}") from None
 
 
 def gang(timeout_s: float = 120.0):

@@ -177,6 +177,28 @@ class FakeNvml:
         self.calls.append(f"destroy-ci {ci.gi.device.index} {ci.gi.name}@{ci.gi.start}")
         return NVML_SUCCESS
 
+    def _mig_devices(self, device) -> list:
+        """One MIG device per compute instance, as the driver enumerates them."""
+        return [ci for gi in sorted(device.gis, key=lambda g: g.start) for ci in gi.cis]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device):
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device, index):
+        found = self._mig_devices(device)
+        if device.mode != NVML_DEVICE_MIG_ENABLE or index >= len(found):
+            raise NVMLError(NVML_ERROR_NOT_FOUND, f"no MIG device {index}")
+        return SimpleNamespace(ci=found[index])
+
+    def nvmlDeviceGetGpuInstanceId(self, mig):
+        return mig.ci.gi.id
+
+    def nvmlDeviceGetUUID(self, handle):
+        if hasattr(handle, "ci"):
+            gi = handle.ci.gi
+            return f"MIG-fake-{gi.device.index}-{gi.name}-{gi.start}"
+        return f"GPU-fake-{handle.index}"
+
     # ---- for tests ----
 
     def layout(self, index: int) -> list[tuple[str, int]]:
