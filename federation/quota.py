@@ -49,6 +49,7 @@ class QuotaTree:
                 self.children[q.parent].append(q.name)
         self.tops = [q.name for q in queues if q.parent is None]
         self._paths = {q.name: self._path(q.name) for q in queues}
+        self._top_down = {n: p[::-1] for n, p in self._paths.items()}
         self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
         self.reserve = {q.name: reserve_of(q) for q in queues}
         self.held: dict[str, Resources] = {}
@@ -173,18 +174,23 @@ class QuotaTree:
 
     def share(self, name: str, extra: Resources = ZERO) -> float:
         """Weighted dominant-resource share of what `name` borrows (0 when within deserved)."""
+        # unrolled: the fair-share order calls this hundreds of thousands of times a full cycle
         q, u, cap = self.queues[name], self.usage[name], self.capacity
-        s = 0.0
-        for used, des, total in ((u.gpu_milli + extra.gpu_milli, q.deserved.gpu_milli, cap.gpu_milli),
-                                 (u.cpu_milli + extra.cpu_milli, q.deserved.cpu_milli, cap.cpu_milli),
-                                 (u.memory_mib + extra.memory_mib, q.deserved.memory_mib, cap.memory_mib)):
-            if used > des and total:
-                s = max(s, (used - des) / total)
+        d, s = q.deserved, 0.0
+        over = u.gpu_milli + extra.gpu_milli - d.gpu_milli
+        if over > 0 and cap.gpu_milli:
+            s = over / cap.gpu_milli
+        over = u.cpu_milli + extra.cpu_milli - d.cpu_milli
+        if over > 0 and cap.cpu_milli:
+            s = max(s, over / cap.cpu_milli)
+        over = u.memory_mib + extra.memory_mib - d.memory_mib
+        if over > 0 and cap.memory_mib:
+            s = max(s, over / cap.memory_mib)
         return s / q.weight
 
     def order_key(self, leaf: str, r: Resources) -> tuple[float, ...]:
         """Fair-share order for a job adding `r`: the top-level queue's share first, then down."""
-        return tuple(self.share(a, r) for a in reversed(self._paths[leaf]))
+        return tuple([self.share(a, r) for a in self._top_down[leaf]])
 
 
 def reserve_of(q: Queue) -> Resources:

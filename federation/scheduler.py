@@ -133,6 +133,7 @@ class _Cycle:
         self.failed: dict[tuple, PendingReason] = {}  # (queue, priority, shape) -> reason once preemption failed too
         self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
         self.holds = Holds(self.quota, self.cluster, snap.upcoming_reserves)
+        self.requests_of: dict[str, Resources] = {}  # job -> what it asks to start, for the fair-share order
 
     # Indexes of the running jobs, built only when a cycle first considers preemption: most
     # cycles never do, and with tens of thousands of running jobs they would dominate.
@@ -199,6 +200,10 @@ class _Cycle:
         while heap:
             key, q = heapq.heappop(heap)
             jobs = by_queue[q]
+            if not heap:  # the last queue with work: its own order is all that is left
+                while jobs:
+                    yield jobs.pop()
+                return
             fresh = self._key(jobs[-1])
             if fresh > key and heap and fresh > heap[0][0]:
                 heapq.heappush(heap, (fresh, q))  # shares moved since it was queued
@@ -208,7 +213,9 @@ class _Cycle:
                 heapq.heappush(heap, (self._key(jobs[-1]), q))
 
     def _key(self, j: JobSpec) -> tuple:
-        r = j.request(j.min_tasks or j.tasks)
+        r = self.requests_of.get(j.id)
+        if r is None:
+            r = self.requests_of[j.id] = j.request(j.min_tasks or j.tasks)
         borrows = self.quota.borrows(j.queue, r)
         return (borrows, self.quota.order_key(j.queue, r) if borrows else (), -j.priority, j.submit_s, j.id)
 
