@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -164,8 +165,9 @@ def _check_quota_rules(q: schema.QueueSpec, at: tuple, g: schema.ResourceMap | N
 
 
 def _check_queues(spec: schema.FederationSpec, effective: dict[str, schema.QueueSpec], at: tuple, window: str = "") -> list[Issue]:
-    """Queue rules over `effective` (the configured queues, or the queues as a tidal window sets them)."""
-    suffix = f" during window {window!r}" if window else ""
+    """Queue rules over `effective` (the configured queues, or the queues as tidal windows set
+    them; `window` then names those windows, as in "window 'night'")."""
+    suffix = f" during {window}" if window else ""
     issues: list[Issue] = [] if window else _dup_names(spec.queues, at)
     sites = {s.name for s in spec.sites}
     index = {q.name: i for i, q in enumerate(spec.queues)}
@@ -223,6 +225,7 @@ def _check_policies(spec: schema.FederationSpec) -> list[Issue]:
     models = _models(spec)
     layouts = pol.mig.layouts
     issues += _dup_names(pol.tidal, ("policies", "tidal"))
+    mergeable: list[tuple[int, schema.TidalPolicy]] = []  # window policies whose queue overrides are valid alone
 
     def layout_fits(name: str, gpu_model: str | None, path: tuple) -> None:
         spec_ = MIG_CATALOG.get(gpu_model or "")
@@ -264,11 +267,10 @@ def _check_policies(spec: schema.FederationSpec) -> list[Issue]:
         for n in unknown:
             issues.append(((*at, "queues", n), f"unknown queue {n!r}"))
         if t.queues and not unknown:
-            effective = {}
-            for q in spec.queues:
-                o = t.queues.get(q.name)
-                effective[q.name] = q if o is None else apply_override(q, o)
-            issues += _check_queues(spec, effective, (*at, "queues"), window=t.name)
+            found = _check_queues(spec, _overridden(spec, [t]), (*at, "queues"), window=f"window {t.name!r}")
+            issues += found
+            if t.window is not None and not found and not _check_window(t.window, ()):
+                mergeable.append((ti, t))
         for sname, groups in t.mig.items():
             sat = (*at, "mig", sname)
             if sname not in sites:
@@ -289,4 +291,34 @@ def _check_policies(spec: schema.FederationSpec) -> list[Issue]:
                     total = (g.count or g.max_nodes or 0) * g.gpus_per_node
                     if target.gpus > total:
                         issues.append(((*gat, "gpus"), f"{target.gpus} GPUs asked, the node group has {total}"))
+    return issues + _check_overlaps(spec, mergeable)
+
+
+def _overridden(spec: schema.FederationSpec, policies: list[schema.TidalPolicy]) -> dict[str, schema.QueueSpec]:
+    """Queue name -> the queue as `policies`, open together, set it (the later-listed wins per field)."""
+    effective = {q.name: q for q in spec.queues}
+    for t in policies:
+        for name, o in t.queues.items():
+            effective[name] = apply_override(effective[name], o)
+    return effective
+
+
+def _check_overlaps(spec: schema.FederationSpec, mergeable: list[tuple[int, schema.TidalPolicy]]) -> list[Issue]:
+    """Windows open at the same moment merge field by field, so each window being valid alone is
+    not enough: the queue rules must hold for every merge that happens in a week of the
+    federation's time (from a Monday; the window edges are the moments where it can change)."""
+    # imported here: policies.tidal reads this module's parse_hhmm
+    from policies.tidal import overlaps
+
+    try:
+        tz = ZoneInfo(spec.federation.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return []  # reported with the timezone
+    issues: list[Issue] = []
+    for combo in sorted(overlaps([t.window for _, t in mergeable], datetime(2026, 1, 5, tzinfo=tz))):
+        members = [mergeable[i] for i in combo]
+        names = " and ".join(repr(t.name) for _, t in members)
+        # reported at the later-listed window: its values win where the two disagree
+        issues += _check_queues(spec, _overridden(spec, [t for _, t in members]), ("policies", "tidal", members[-1][0], "queues"),
+                                window=f"windows {names}, open together (the later-listed wins per field)")
     return issues

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, time, timedelta
+from itertools import islice
 
 from croniter import croniter
 
@@ -119,9 +120,9 @@ def upcoming_reserves(fed: Federation, local: datetime) -> dict[str, int]:
     return out
 
 
-def _edges(fed: Federation, w: schema.Window, local: datetime, horizon: timedelta, prepare: bool):
-    """Times at which `w` may open or close (or start preparing) between `local` and the horizon."""
-    lead = timedelta(seconds=prepare_s(fed, w)) if prepare else timedelta(0)
+def _edges(w: schema.Window, local: datetime, horizon: timedelta, lead: timedelta = timedelta(0)):
+    """Times at which `w` may open or close (or start preparing, `lead` before it opens) between
+    `local` and the horizon."""
     if w.cron is not None:
         duration = timedelta(seconds=w.duration_s)
         it = croniter(w.cron, local - duration)
@@ -144,9 +145,20 @@ def next_transition(fed: Federation, local: datetime, horizon_h: int = 8 * 24, p
         return ({p.name for p in active_policies(fed, at)}, {p.name for p in opening(fed, at)} if prepare else ())
 
     now = phase(local)
-    edges = sorted({e for t in fed.policies.tidal if t.window is not None for e in _edges(fed, t.window, local, horizon, prepare)
+    edges = sorted({e for t in fed.policies.tidal if t.window is not None
+                    for e in _edges(t.window, local, horizon, timedelta(seconds=prepare_s(fed, t.window)) if prepare else timedelta(0))
                     if local < e <= local + horizon})
     return next((e for e in edges if phase(e) != now), None)
+
+
+def overlaps(windows: list[schema.Window], start: datetime, days: int = 8, max_edges: int = 5000) -> set[tuple[int, ...]]:
+    """The index tuples of two or more `windows` open together at some moment within `days` of
+    `start`. The set of open windows changes only at a window's edge, so those are the moments
+    looked at; at most `max_edges` per window (a cron firing every minute has 11,520 in 8 days)."""
+    horizon = timedelta(days=days)
+    edges = sorted({e for w in windows for e in islice(_edges(w, start, horizon), max_edges) if start <= e <= start + horizon})
+    together = (tuple(i for i, w in enumerate(windows) if window_active(w, e)) for e in edges)
+    return {t for t in together if len(t) > 1}
 
 
 def effective_mig(fed: Federation, local: datetime) -> dict[str, dict[str, schema.MigTarget]]:

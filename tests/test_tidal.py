@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from federation.config import load, parse
+from federation.errors import ConfigError
 from policies.tidal import (
     active_policies,
     effective_burst,
@@ -61,6 +62,26 @@ def test_the_later_listed_window_wins_where_windows_overlap():
     fed = parse(text)
     q = {q.name: q for q in effective_queues(fed, at(0, 9, 30))}["online"]
     assert q.guarantee.gpu == 20 and q.deserved.gpu == 40  # guarantee from the later window, deserved from the earlier
+
+
+def _with_evening_window(days: str) -> str:
+    # valid alone (online keeps its configured guarantee of 16), but not merged with the day
+    # window, which raises online's guarantee to 32 until 22:00
+    return (CONFIGS / "idc-aws-gcp.yaml").read_text().replace('    - name: forecast-prewarm', f'''    - name: evening-shrink
+      window: {{days: [{days}], start: "20:00", end: "23:00"}}
+      queues:
+        online: {{deserved: {{gpu: 16}}}}
+    - name: forecast-prewarm''')
+
+
+def test_validate_rejects_windows_that_break_the_queue_rules_only_where_they_are_open_together():
+    with pytest.raises(ConfigError) as e:
+        parse(_with_evening_window("mon"), "f.yaml")
+    [problem] = e.value.problems
+    assert problem.path == "policies.tidal.2.queues.online.guarantee.gpu"
+    assert "guarantee 32 is above deserved 16" in problem.message
+    assert "'daytime-inference' and 'evening-shrink'" in problem.message
+    parse(_with_evening_window("sat"))  # the day window is weekdays only: they never meet
 
 
 def test_the_next_transition_is_the_next_window_edge():
