@@ -10,6 +10,7 @@ hour in past weeks, so the profile follows a drifting tide and forgets old weeks
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +31,16 @@ class WeeklyProfile:
     def predict(self, key: str, hour_of_week: int) -> float | None:
         s = self.slots.get(key)
         return None if s is None else s[hour_of_week % HOURS]
+
+
+    def mig_instances(self, site: str, hour_of_week: int) -> dict[str, int]:
+        """Profile -> the MIG instances predicted at `site` (keys `<site>/<profile>`), rounded up."""
+        out = {}
+        for key in self.slots:
+            where, _, profile = key.partition("/")
+            if where == site and (guess := self.predict(key, hour_of_week)):
+                out[profile] = math.ceil(guess)
+        return out
 
 
 def hour_of_week(local: datetime) -> int:

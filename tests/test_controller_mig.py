@@ -4,12 +4,14 @@ here, so these tests stop at admission (the MIG part ends there)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from federation.config import parse
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
-from federation.store import Store
+from federation.store import JobRow, Store
 from providers.kubernetes import KubernetesInventory
 from tests.fakes.http import serve
 from tests.fakes.kube import FakeKubernetes, gpu_node
@@ -29,11 +31,11 @@ queues:
 
 
 @pytest.fixture
-def idc(tmp_path):
+def idc(tmp_path, request):
     fake = FakeKubernetes([gpu_node("gpu-1", "NVIDIA-A100-SXM4-80GB", 2)])
     fake.models = {"gpu-1": "A100-80GB"}
     server, url = serve(fake)
-    fed = parse(CONFIG.replace("URL", url))
+    fed = parse(CONFIG.replace("URL", url) + getattr(request, "param", ""))  # a test may add policies
     clock = [1_800_000_000.0]
 
     def controller():
@@ -122,3 +124,27 @@ def test_the_mig_backend_follows_the_site(tmp_path):
     assert isinstance(backend("provider: {kind: kubernetes, host: URL}", "none"), NoDeviceBackend)
     with pytest.raises(ConfigError, match="mig.backend.*kind: kubernetes"):
         backend("", "gpu-operator")  # fedctl validate says so first
+
+
+@pytest.mark.parametrize("idc", ["policies: {tidal: [{name: prewarm, forecast: {history_days: 7, lead_s: 900}}]}\n"], indirect=True)
+def test_the_forecast_learned_from_the_journal_slices_ahead_of_the_evening_inference_peak(idc, tmp_path):
+    """A week of three 1g.10gb services from 20:00 to 22:00 in the journal; at 19:46 the next
+    day the MIG manager slices for them with no job waiting yet, and not at 10:00."""
+    fake, controller, clock = idc
+    day0 = datetime(2027, 3, 1, tzinfo=UTC).timestamp()  # a Monday
+    store = Store(tmp_path / "state.db")
+    for d in range(7):
+        start = day0 + d * 86400 + 20 * 3600
+        for k in range(3):
+            store.insert(JobRow(f"past-{d}-{k}", "python serve.py", {}, {}, {"queue": "online", "mig_profile": "1g.10gb"},
+                                status="SUCCEEDED", site="idc", submitted_s=start, started_s=start, ended_s=start + 7200))
+    clock[0] = day0 + 7 * 86400 + 10 * 3600
+    ctl = controller()
+    ctl.tick()
+    assert ctl.store.mig_layouts() == []  # no peak one lead time ahead
+    clock[0] = day0 + 7 * 86400 + 19 * 3600 + 46 * 60
+    ctl.forecast.learned_s = float("-inf")  # as an hour later: the profile is learned again
+    ctl.tick()
+    sliced = [p for *_, layout, _, state, _ in ctl.store.mig_layouts() for p, _ in layout]
+    assert sliced.count("1g.10gb") >= 3 and not ctl.store.jobs({"PENDING"})
+    assert fake.nodes["gpu-1"]["metadata"]["labels"]["nvidia.com/mig.config"].startswith("federation-")

@@ -105,7 +105,6 @@ class Controller:
         # users only once its site runs it (until then its driver is still starting there)
         self.site_status: dict[str, str] = {}
         self.specs: dict[str, JobSpec] = {}  # of the live jobs: a request never changes, so it is built once
-        self.forecast = LiveForecast(fed)
         self.cycle_s: list[float] = []
         # since this controller started, for /metrics counters (Prometheus handles the resets)
         self.admissions: Counter[str] = Counter()  # by site
@@ -114,6 +113,7 @@ class Controller:
         # a site's MIG manager: in this process, or (under `fedctl up`) a proxy to its own actor
         self.mig = mig if mig is not None else {
             s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
+        self.forecast = LiveForecast(fed, mig_sites=list(self.mig))
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
@@ -246,7 +246,8 @@ class Controller:
             reasons = {j: code for j, (code, _) in known.items()} | {j: r.code for j, r in plan.pending.items()}
             waiting = [j for j in pending if reasons.get(j.id) in CAPACITY_REASONS]
             for site, m in self.mig.items():
-                m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting)
+                m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting,
+                       self.forecast.mig_instances(site, now, self.store.jobs))
         self.cycle_s.append(time.perf_counter() - began)
         del self.cycle_s[:-1000]
 

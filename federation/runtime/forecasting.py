@@ -1,15 +1,17 @@
 """The forecast in the live controller: the weekly demand profile learned from the journal.
 
 Each queue's demand is the GPUs its jobs held or waited for, hour by hour (the most at once in
-the hour), over the config's `forecast.history_days`; the profile is learned again each hour.
-From it, the cloud GPUs to have up one `lead_s` ahead (`policies.burst.prewarm_gpus`), which
-the burst policy boots within its limits and budgets. The simulator learns the same demand as it
-runs, cycle by cycle.
+the hour), over the config's `forecast.history_days`; each MIG site's is the instances of each
+profile its jobs held or waited for (a job that never ran counts for every MIG site, as in the
+simulator). The profile is learned again each hour. From it, the cloud GPUs to have up one
+`lead_s` ahead (`policies.burst.prewarm_gpus`), which the burst policy boots within its limits
+and budgets, and the MIG instances each site's manager slices for ahead of the predicted peak.
+The simulator learns the same demand as it runs, cycle by cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -24,43 +26,60 @@ from policies.tidal import effective_queues
 RELEARN_S = 3600.0
 
 
-def demand_intervals(fed: Federation, rows: Iterable[JobRow], now: float) -> list[tuple[str, float, float, float]]:
-    """(queue key, GPUs, from, to) per job: from its submission to its end (or now)."""
+def demand_intervals(fed: Federation, rows: Iterable[JobRow], now: float, mig_sites: Sequence[str] = ()) -> list[tuple[str, float, float, float]]:
+    """(key, amount, from, to) per job, from its submission to its end (or now): `queue:<name>`
+    GPUs, and for a MIG job `<site>/<profile>` instances at each of `mig_sites` it may use."""
     out = []
     for r in rows:
         try:
             spec = make_job(fed, id=r.id, submit_s=r.submitted_s, **r.request)
         except (JobRejected, TypeError):
             continue  # a queue or shape the config no longer has: not this federation's tide
-        out.append((f"queue:{spec.queue}", spec.per_task.gpu * spec.tasks, r.submitted_s, r.ended_s if r.ended_s is not None else now))
+        until = r.ended_s if r.ended_s is not None else now
+        out.append((f"queue:{spec.queue}", spec.per_task.gpu * spec.tasks, r.submitted_s, until))
+        if spec.mig_profile is not None:
+            for site in [r.site] if r.site in mig_sites else mig_sites:
+                out.append((f"{site}/{spec.mig_profile}", spec.tasks, r.submitted_s, until))
     return out
 
 
-def profile_from(fed: Federation, rows: Iterable[JobRow], now: float, history_days: float) -> WeeklyProfile:
+def profile_from(fed: Federation, rows: Iterable[JobRow], now: float, history_days: float, mig_sites: Sequence[str] = ()) -> WeeklyProfile:
     zone = ZoneInfo(fed.timezone)
     local = datetime.fromtimestamp(now - history_days * 86400, zone).replace(minute=0, second=0, microsecond=0)
     start = local.timestamp()
     hours = int((now - start) // 3600)  # whole hours only: the current one is not over
-    series = hourly_peak(demand_intervals(fed, rows, now), start, hours)
+    series = hourly_peak(demand_intervals(fed, rows, now, mig_sites), start, hours)
     return learn(series, hour_of_week(local), alpha_for(history_days))
 
 
 class LiveForecast:
-    def __init__(self, fed: Federation):
-        self.fed = fed
+    def __init__(self, fed: Federation, mig_sites: Sequence[str] = ()):
+        self.fed, self.mig_sites = fed, tuple(mig_sites)
         self.spec = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
         self.profile: WeeklyProfile | None = None
         self.learned_s = float("-inf")
         self.last_gpus = 0.0
 
+    def _ahead(self, now: float, rows: Callable[[], Iterable[JobRow]]) -> datetime:
+        """The local time one lead time ahead, with the profile learned again if an hour has
+        passed; `rows()` reads the journal, only then."""
+        if now - self.learned_s >= RELEARN_S:
+            self.profile, self.learned_s = profile_from(self.fed, rows(), now, self.spec.history_days, self.mig_sites), now
+        return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone)) + timedelta(seconds=self.spec.lead_s)
+
     def prewarm_gpus(self, now: float, rows: Callable[[], Iterable[JobRow]], fixed_gpus: float) -> float:
-        """Cloud GPUs to have up now for the hour one lead time ahead; `rows()` reads the
-        journal, once an hour, when the profile is learned again."""
+        """Cloud GPUs to have up now for the hour one lead time ahead."""
         if self.spec is None:
             return 0.0
-        if now - self.learned_s >= RELEARN_S:
-            self.profile, self.learned_s = profile_from(self.fed, rows(), now, self.spec.history_days), now
-        ahead = datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone)) + timedelta(seconds=self.spec.lead_s)
+        ahead = self._ahead(now, rows)
         predicted = {q: self.profile.predict(f"queue:{q}", hour_of_week(ahead)) or 0.0 for q in self.fed.leaf_queues}
         self.last_gpus = burst_policy.prewarm_gpus(self.fed, predicted, fixed_gpus, effective_queues(self.fed, ahead))
         return self.last_gpus
+
+    def mig_instances(self, site: str, now: float, rows: Callable[[], Iterable[JobRow]]) -> dict[str, int] | None:
+        """Profile -> the instances predicted at `site` for the hour one lead time ahead (None
+        without a forecast policy), for its MIG manager to slice ahead of the peak."""
+        if self.spec is None or site not in self.mig_sites:
+            return None
+        ahead = self._ahead(now, rows)  # first: it may learn the profile
+        return self.profile.mig_instances(site, hour_of_week(ahead))

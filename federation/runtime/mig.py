@@ -60,12 +60,14 @@ class LiveMig:
             out.append(n)
         return out
 
-    def step(self, now: float, local: datetime, nodes: Sequence[Node], running: Iterable[RunningJob], waiting: Iterable[JobSpec]) -> None:
-        """`nodes` as `view` gives them (this site's); `waiting` the jobs pending for capacity."""
+    def step(self, now: float, local: datetime, nodes: Sequence[Node], running: Iterable[RunningJob], waiting: Iterable[JobSpec],
+             forecast: dict[str, int] | None = None) -> None:
+        """`nodes` as `view` gives them (this site's); `waiting` the jobs pending for capacity;
+        `forecast` the instances per profile predicted one lead time ahead."""
         self.known = {n.name for n in nodes}
         self._poll(now, {n.name: n for n in nodes})
         nodes = self.view(nodes)  # what the poll finished is usable now
-        d = self.manager.decide(now, local, nodes, running, waiting)
+        d = self.manager.decide(now, local, nodes, running, waiting, forecast)
         self.draining -= set(d.uncordon)
         self.draining |= set(d.cordon)
         for name in d.cordon:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -450,16 +449,7 @@ class Simulator:
     def _forecast(self, site: str, t: float) -> dict[str, int] | None:
         if self.forecast_lead_s is None:
             return None
-        h = self._hour_of_week(t + self.forecast_lead_s)
-        out = {}
-        for key in self.profile.slots:
-            if key.startswith("queue:"):
-                continue
-            s, profile = key.split("/", 1)
-            guess = self.profile.predict(key, h) if s == site else None
-            if guess:
-                out[profile] = math.ceil(guess)
-        return out
+        return self.profile.mig_instances(site, self._hour_of_week(t + self.forecast_lead_s))
 
     def _on_mig_ready(self, t: float, name: str, gpu: int, layout) -> None:
         node = self.nodes.get(name)
