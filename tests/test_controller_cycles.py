@@ -93,6 +93,21 @@ def test_stopping_a_job_at_an_unreachable_site_is_a_503_that_says_so(ctl):
     assert c.store.get("a").status == "ADMITTED"  # nothing changed: it is stopped once the site answers
 
 
+def test_metrics_count_every_cycle_in_a_duration_histogram(ctl):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from federation.runtime.metrics import FederationCollector
+
+    c, _, _ = ctl
+    for _ in range(3):
+        c.tick()
+    reg = CollectorRegistry()
+    reg.register(FederationCollector(c))
+    lines = generate_latest(reg).decode().splitlines()
+    assert "federation_cycle_duration_seconds_count 3.0" in lines
+    assert 'federation_cycle_duration_seconds_bucket{le="+Inf"} 3.0' in lines
+
+
 def test_the_stores_live_jobs_in_memory_always_match_the_database(tmp_path):
     """Random inserts, status changes (ending, requeueing an ended job), field updates and
     deletes: after each, the written-through live rows equal what a fresh reader finds."""

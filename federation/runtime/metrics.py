@@ -36,6 +36,5 @@ class FederationCollector:
             in_flight.add_metric([site], n)
         spend = GaugeMetricFamily("federation_cloud_spend_usd_month", "Cloud spend metered this month (federation time zone)")
         spend.add_metric([], doc["cloud"]["month_spend_usd"])
-        cycle = GaugeMetricFamily("federation_cycle_seconds", "Duration of the last scheduling cycle")
-        cycle.add_metric([], ctl.cycle_s[-1] if ctl.cycle_s else 0.0)
-        yield from (usage, borrowed, pending, admissions, preemptions, nodes, in_flight, spend, cycle)
+        yield from (usage, borrowed, pending, admissions, preemptions, nodes, in_flight, spend)
+        yield from ctl.cycle_seconds.collect()
