@@ -67,3 +67,30 @@ def test_a_gang_above_every_window_is_rejected_at_submit(ctl):
     c, _ = ctl
     with pytest.raises(BadSubmission, match="capability"):
         submit(c, "huge", 5)  # 40 GPUs: above even the night's 32
+
+
+def test_fedctl_status_shows_how_well_the_forecast_predicted_the_last_day(tmp_path):
+    """Sixteen days of a nightly research gang in the journal: `fedctl status` reports the
+    forecast's error on the last day, learned without it, beside the last-hour baseline."""
+    import subprocess
+    import sys
+
+    from federation.runtime.api import Serving
+    from federation.store import JobRow
+    from tests.test_live import free_port
+
+    fed = parse(CONFIG + "    - name: prewarm\n      forecast: {history_days: 14, lead_s: 900}\n")
+    store = Store(tmp_path / "s.db")
+    for d in range(16):
+        start = at(23) - (16 - d) * 86400
+        store.insert(JobRow(f"past-{d}", "python train.py", {}, {}, {"queue": "research", "tasks": 2, "gpus_per_task": 8.0},
+                            status="SUCCEEDED", site="idc", submitted_s=start, started_s=start, ended_s=start + 3600))
+    c = Controller(fed, store, {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: at(12))
+    serving = Serving(c, "127.0.0.1", free_port(), cycle_s=0.2)
+    try:
+        r = subprocess.run([sys.executable, "-m", "federation.cli", "status", "--address", serving.url], capture_output=True, text=True, timeout=60)
+    finally:
+        serving.close()
+    assert r.returncode == 0, r.stderr
+    assert "forecast error over the last 24 h, learned without them: 0.00 GPUs" in r.stdout, r.stdout
+    assert c.forecast.error["last_hour_mae"] > 0

@@ -145,3 +145,23 @@ def test_the_simulator_boots_cloud_nodes_ahead_of_a_learned_burst_peak(tmp_path:
     assert all(w >= 800 for w in waits["forecast"][:7])  # nothing learned yet
     assert all(w < 1 for w in waits["forecast"][7:]), waits["forecast"]
     assert spend["forecast"] > spend["none"]  # nodes booted ahead cost their lead time
+
+
+def test_the_live_forecast_scores_the_last_day_before_learning_from_it():
+    """A daily 20:00-22:00 peak of 16 GPUs in the journal: a profile learned without the last
+    day predicts it exactly, where "the same as an hour ago" misses each edge of the peak."""
+    from datetime import UTC, datetime
+
+    from federation.runtime.forecasting import profile_from
+    from federation.store import JobRow
+
+    fed = parse((Path(__file__).parent.parent / "configs" / "idc-aws-gcp.yaml").read_text())
+    day0 = datetime(2027, 3, 1, tzinfo=UTC).timestamp()  # a Monday
+    rows = [JobRow(f"d{d}", "python train.py", {}, {}, {"queue": "research-nlp", "tasks": 2, "gpus_per_task": 8.0}, status="SUCCEEDED",
+                   submitted_s=day0 + d * 86400 + 20 * 3600, ended_s=day0 + d * 86400 + 22 * 3600) for d in range(16)]
+    now = day0 + 16 * 86400
+    profile, err = profile_from(fed, rows, now, history_days=14)
+    assert err["held_out_hours"] == 24 and err["profile_mae"] == 0.0 < err["last_hour_mae"]
+    assert profile.predict("queue:research-nlp", 24 + 4) == 16  # Monday 20:00 UTC is Tuesday 04:00 in Shanghai
+    _, short = profile_from(fed, rows, now, history_days=7)
+    assert short is None  # a week of history leaves less than a week before the day held out

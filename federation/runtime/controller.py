@@ -190,6 +190,7 @@ class Controller:
         self._refresh_cloud(now)
         self._requeue_lost(now)
         self._meter(now)
+        self.forecast.refresh(now, self.store.jobs)  # hourly; also for status where nothing acts on it
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         running, pending = [], []
         specs = {}
@@ -496,7 +497,7 @@ class Controller:
                         "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}
                        for q in effective_queues(self.fed, local)],
             "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
-                      **({"forecast_prewarm_gpus": self.forecast.last_gpus} if self.forecast.spec else {})},
+                      **({"forecast_prewarm_gpus": self.forecast.last_gpus, "forecast_error": self.forecast.error} if self.forecast.spec else {})},
             "pending": [{"job": r.id, "reason": r.reason, "message": r.message} for r in rows if r.status == "PENDING"],
             "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
             "mig": {site: m.status() for site, m in self.mig.items()},

@@ -20,10 +20,18 @@ from federation.jobs import make_job
 from federation.model import Federation
 from federation.store import JobRow
 from policies import burst as burst_policy
-from policies.forecast import WeeklyProfile, alpha_for, hour_of_week, hourly_peak, learn
+from policies.forecast import (
+    WeeklyProfile,
+    alpha_for,
+    held_out_error,
+    hour_of_week,
+    hourly_peak,
+    learn,
+)
 from policies.tidal import effective_queues
 
 RELEARN_S = 3600.0
+HELD_OUT_H = 24  # the last day of history, scored before it is learned from
 
 
 def demand_intervals(fed: Federation, rows: Iterable[JobRow], now: float, mig_sites: Sequence[str] = ()) -> list[tuple[str, float, float, float]]:
@@ -43,13 +51,23 @@ def demand_intervals(fed: Federation, rows: Iterable[JobRow], now: float, mig_si
     return out
 
 
-def profile_from(fed: Federation, rows: Iterable[JobRow], now: float, history_days: float, mig_sites: Sequence[str] = ()) -> WeeklyProfile:
+def profile_from(fed: Federation, rows: Iterable[JobRow], now: float, history_days: float,
+                 mig_sites: Sequence[str] = ()) -> tuple[WeeklyProfile, dict[str, float] | None]:
+    """The profile learned from the whole history, and how well the queues' GPU demand of the
+    last HELD_OUT_H hours was predicted by a profile learned without them (None with less than
+    a week before them: a weekly profile predicts nothing yet)."""
     zone = ZoneInfo(fed.timezone)
     local = datetime.fromtimestamp(now - history_days * 86400, zone).replace(minute=0, second=0, microsecond=0)
     start = local.timestamp()
     hours = int((now - start) // 3600)  # whole hours only: the current one is not over
     series = hourly_peak(demand_intervals(fed, rows, now, mig_sites), start, hours)
-    return learn(series, hour_of_week(local), alpha_for(history_days))
+    alpha, first = alpha_for(history_days), hour_of_week(local)
+    error = None
+    if hours - HELD_OUT_H >= 168:
+        gpus = {k: v for k, v in series.items() if k.startswith("queue:")}
+        before = learn({k: v[:-HELD_OUT_H] for k, v in gpus.items()}, first, alpha)
+        error = {"held_out_hours": HELD_OUT_H, **held_out_error(before, {k: v[-HELD_OUT_H:] for k, v in gpus.items()}, first + hours - HELD_OUT_H)}
+    return learn(series, first, alpha), error
 
 
 class LiveForecast:
@@ -57,14 +75,18 @@ class LiveForecast:
         self.fed, self.mig_sites = fed, tuple(mig_sites)
         self.spec = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
         self.profile: WeeklyProfile | None = None
+        self.error: dict[str, float] | None = None  # the held-out score of the last learning
         self.learned_s = float("-inf")
         self.last_gpus = 0.0
 
+    def refresh(self, now: float, rows: Callable[[], Iterable[JobRow]]) -> None:
+        """Learn the profile again if an hour has passed; `rows()` reads the journal, only then."""
+        if self.spec is not None and now - self.learned_s >= RELEARN_S:
+            (self.profile, self.error), self.learned_s = profile_from(self.fed, rows(), now, self.spec.history_days, self.mig_sites), now
+
     def _ahead(self, now: float, rows: Callable[[], Iterable[JobRow]]) -> datetime:
-        """The local time one lead time ahead, with the profile learned again if an hour has
-        passed; `rows()` reads the journal, only then."""
-        if now - self.learned_s >= RELEARN_S:
-            self.profile, self.learned_s = profile_from(self.fed, rows(), now, self.spec.history_days, self.mig_sites), now
+        """The local time one lead time ahead, with the profile up to date."""
+        self.refresh(now, rows)
         return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone)) + timedelta(seconds=self.spec.lead_s)
 
     def prewarm_gpus(self, now: float, rows: Callable[[], Iterable[JobRow]], fixed_gpus: float) -> float:
