@@ -103,7 +103,13 @@ class Store:
             cur = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._row(cur) if cur else None
 
-    def jobs(self, statuses: set[str] | None = None) -> list[JobRow]:
+    def jobs(self, statuses: set[str] | None = None, ended_after: float | None = None) -> list[JobRow]:
+        """Jobs with these statuses (all when None), by submission; with `ended_after`, only
+        those still going or ended since (the journal keeps every job it ever had)."""
+        if ended_after is not None:
+            with self._lock:
+                found = self._fetch(statuses, ended_after)
+            return [self._row(r) for r in found]
         if statuses is not None and statuses <= LIVE:
             with self._lock:
                 if self._live is None:
@@ -114,12 +120,16 @@ class Store:
             found = self._fetch(statuses)
         return [self._row(r) for r in found]
 
-    def _fetch(self, statuses: set[str] | None) -> list[tuple]:
+    def _fetch(self, statuses: set[str] | None, ended_after: float | None = None) -> list[tuple]:
         """The raw rows with these statuses (all when None); the caller holds the lock."""
-        where, args = "", []
+        conds, args = [], []
         if statuses is not None:
-            args = sorted(statuses)
-            where = f"WHERE status IN ({', '.join('?' for _ in args)}) "
+            conds.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            args += sorted(statuses)
+        if ended_after is not None:
+            conds.append("(ended_s IS NULL OR ended_s >= ?)")
+            args.append(ended_after)
+        where = f"WHERE {' AND '.join(conds)} " if conds else ""
         return self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs {where}ORDER BY submitted_s, id", args).fetchall()
 
     def delete(self, job_id: str) -> None:

@@ -134,3 +134,12 @@ def test_the_stores_live_jobs_in_memory_always_match_the_database(tmp_path):
         assert store.jobs({"PENDING", "ADMITTED", "RUNNING"}) == fresh
         assert store.jobs({"RUNNING"}) == [r for r in fresh if r.status == "RUNNING"]
         assert all(store.get(r.id) == r for r in fresh)
+
+
+def test_the_journal_reads_back_only_the_jobs_going_or_ended_since_a_time(tmp_path):
+    store = Store(tmp_path / "s.db")
+    for job_id, status, ended in (("old", "SUCCEEDED", 10.0), ("edge", "FAILED", 100.0), ("new", "SUCCEEDED", 150.0), ("going", "RUNNING", None)):
+        store.insert(JobRow(job_id, "true", {}, {}, {"queue": "research"}, status=status, submitted_s=1.0, ended_s=ended))
+    assert [r.id for r in store.jobs(ended_after=100.0)] == ["edge", "going", "new"]
+    assert [r.id for r in store.jobs({"SUCCEEDED"}, ended_after=100.0)] == ["new"]
+    assert len(store.jobs()) == 4

@@ -117,7 +117,7 @@ class Controller:
         # a site's MIG manager: in this process, or (under `fedctl up`) a proxy to its own actor
         self.mig = mig if mig is not None else {
             s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
-        self.forecast = LiveForecast(fed, mig_sites=list(self.mig))
+        self.forecast = LiveForecast(fed, store, mig_sites=list(self.mig))
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
@@ -190,7 +190,7 @@ class Controller:
         self._refresh_cloud(now)
         self._requeue_lost(now)
         self._meter(now)
-        self.forecast.refresh(now, self.store.jobs)  # hourly; also for status where nothing acts on it
+        self.forecast.refresh(now)  # hourly; also for status where nothing acts on it
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         running, pending = [], []
         specs = {}
@@ -252,7 +252,7 @@ class Controller:
             waiting = [j for j in pending if reasons.get(j.id) in CAPACITY_REASONS]
             for site, m in self.mig.items():
                 m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting,
-                       self.forecast.mig_instances(site, now, self.store.jobs))
+                       self.forecast.mig_instances(site, now))
         self.cycle_seconds.observe(time.perf_counter() - began)
 
     @property
@@ -370,7 +370,7 @@ class Controller:
             cloud.append(burst_policy.CloudNode(n.name, n.site, n.node_group, busy, self.idle_since.get(n.name), free))
         enabled, budget = effective_burst(self.fed, self._local(now))
         pending_since = {r.id: r.submitted_s for r in self.store.jobs({"PENDING"})}
-        prewarm = self.forecast.prewarm_gpus(now, self.store.jobs, sum(n.gpus for n in self.fixed_nodes))
+        prewarm = self.forecast.prewarm_gpus(now, sum(n.gpus for n in self.fixed_nodes))
         d = burst_policy.decide(self.fed, now, burst_policy.BurstInputs(
             plan.capacity_requests, pending_since, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget,
             self.ledger.spend(self._month(now)), prewarm))

@@ -11,14 +11,14 @@ The simulator learns the same demand as it runs, cycle by cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from federation.errors import JobRejected
 from federation.jobs import make_job
 from federation.model import Federation
-from federation.store import JobRow
+from federation.store import JobRow, Store
 from policies import burst as burst_policy
 from policies.forecast import (
     WeeklyProfile,
@@ -71,37 +71,40 @@ def profile_from(fed: Federation, rows: Iterable[JobRow], now: float, history_da
 
 
 class LiveForecast:
-    def __init__(self, fed: Federation, mig_sites: Sequence[str] = ()):
-        self.fed, self.mig_sites = fed, tuple(mig_sites)
+    def __init__(self, fed: Federation, store: Store, mig_sites: Sequence[str] = ()):
+        self.fed, self.store, self.mig_sites = fed, store, tuple(mig_sites)
         self.spec = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
         self.profile: WeeklyProfile | None = None
         self.error: dict[str, float] | None = None  # the held-out score of the last learning
         self.learned_s = float("-inf")
         self.last_gpus = 0.0
 
-    def refresh(self, now: float, rows: Callable[[], Iterable[JobRow]]) -> None:
-        """Learn the profile again if an hour has passed; `rows()` reads the journal, only then."""
+    def refresh(self, now: float) -> None:
+        """Learn the profile again if an hour has passed (only then is the journal read: the
+        jobs going, or ended within the history)."""
         if self.spec is not None and now - self.learned_s >= RELEARN_S:
-            (self.profile, self.error), self.learned_s = profile_from(self.fed, rows(), now, self.spec.history_days, self.mig_sites), now
+            days = self.spec.history_days
+            rows = self.store.jobs(ended_after=now - days * 86400)
+            (self.profile, self.error), self.learned_s = profile_from(self.fed, rows, now, days, self.mig_sites), now
 
-    def _ahead(self, now: float, rows: Callable[[], Iterable[JobRow]]) -> datetime:
+    def _ahead(self, now: float) -> datetime:
         """The local time one lead time ahead, with the profile up to date."""
-        self.refresh(now, rows)
+        self.refresh(now)
         return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone)) + timedelta(seconds=self.spec.lead_s)
 
-    def prewarm_gpus(self, now: float, rows: Callable[[], Iterable[JobRow]], fixed_gpus: float) -> float:
+    def prewarm_gpus(self, now: float, fixed_gpus: float) -> float:
         """Cloud GPUs to have up now for the hour one lead time ahead."""
         if self.spec is None:
             return 0.0
-        ahead = self._ahead(now, rows)
+        ahead = self._ahead(now)
         predicted = {q: self.profile.predict(f"queue:{q}", hour_of_week(ahead)) or 0.0 for q in self.fed.leaf_queues}
         self.last_gpus = burst_policy.prewarm_gpus(self.fed, predicted, fixed_gpus, effective_queues(self.fed, ahead))
         return self.last_gpus
 
-    def mig_instances(self, site: str, now: float, rows: Callable[[], Iterable[JobRow]]) -> dict[str, int] | None:
+    def mig_instances(self, site: str, now: float) -> dict[str, int] | None:
         """Profile -> the instances predicted at `site` for the hour one lead time ahead (None
         without a forecast policy), for its MIG manager to slice ahead of the peak."""
         if self.spec is None or site not in self.mig_sites:
             return None
-        ahead = self._ahead(now, rows)  # first: it may learn the profile
+        ahead = self._ahead(now)  # first: it may learn the profile
         return self.profile.mig_instances(site, hour_of_week(ahead))
