@@ -135,16 +135,20 @@ def test_the_simulator_boots_cloud_nodes_ahead_of_a_learned_burst_peak(tmp_path:
               "duration_s": 7200} for d in range(14)]
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in jobs))
-    waits, spend = {}, {}
+    waits, spend, scored = {}, {}, {}
     for name, tidal in (("none", "tidal: []"), ("forecast", "tidal: [{name: prewarm, forecast: {history_days: 14, lead_s: 900}}]")):
         f = parse(BURST.replace("TIDAL", tidal))
         res = Simulator(f, read_jsonl(trace, f), SimOptions(seed=1)).run()
         waits[name] = [res.jobs[f"train-{d}"].first_start_s - (d * 86400 + 20 * 3600) for d in range(14)]
         spend[name] = res.ledger.total_cost
+        scored[name] = res.forecast
     assert all(w >= 800 for w in waits["none"])  # pending_wait_s, then a 600 s boot
     assert all(w >= 800 for w in waits["forecast"][:7])  # nothing learned yet
     assert all(w < 1 for w in waits["forecast"][7:]), waits["forecast"]
     assert spend["forecast"] > spend["none"]  # nodes booted ahead cost their lead time
+    # the queues' GPU demand is scored on its own (no MIG here): the regular tide beats the last hour
+    assert scored["none"] == {} and set(scored["forecast"]) == {"queue_gpus"}
+    assert scored["forecast"]["queue_gpus"]["profile_mae"] < scored["forecast"]["queue_gpus"]["last_hour_mae"]
 
 
 def test_the_live_forecast_scores_the_last_day_before_learning_from_it():

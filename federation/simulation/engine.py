@@ -75,6 +75,7 @@ class SimResult:
     reasons: dict[str, int] = field(default_factory=dict)
     mig: dict = field(default_factory=dict)
     openings: list[dict] = field(default_factory=list)  # per window opening that raised a reserve: how much was ready
+    forecast: dict = field(default_factory=dict)  # per kind of demand, the profile's hourly error beside the last hour's
 
 
 class Simulator:
@@ -125,7 +126,8 @@ class Simulator:
         fc = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
         self.forecast_lead_s = fc.lead_s if fc else None
         self.profile = WeeklyProfile(alpha=alpha_for(fc.history_days)) if fc else None
-        self.forecast_err = {"hours": 0, "profile_abs": 0.0, "last_hour_abs": 0.0}
+        # scored apart: queues' GPUs (backlogs included) and MIG instances are different quantities
+        self.forecast_err = {kind: {"hours": 0, "profile_abs": 0.0, "last_hour_abs": 0.0} for kind in ("queue_gpus", "mig_instances")}
         self.last_seen: dict[str, float] = {}
         self.hour_peak: dict[str, float] = {}  # the most demand seen since the last hourly observation
         self.prewarm = 0.0  # cloud GPUs the forecast wants up now, for the hour one lead time ahead
@@ -174,11 +176,13 @@ class Simulator:
                 self.opt.progress(t, done, total)
         self.ledger.close(t)
         self._sample_until(t + self.sample_every)
+        scored = self._forecast_stats()
+        mig = {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3),
+               **({"forecast": scored["mig_instances"]} if "mig_instances" in scored else {})}
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
                          tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons,
-                         {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3), **self._forecast_stats()} if self.mig else {},
-                         self.openings)
+                         mig if self.mig else {}, self.openings, scored)
 
     # ---- event handlers ----
 
@@ -393,12 +397,10 @@ class Simulator:
                 self.mig_stats["drain_gpu_s"] += (t - self.drain_since.pop(name)) * node.gpus
                 self.emit(t, "mig_drain_end", site=site, node=name)
 
-    def _forecast_stats(self) -> dict:
-        e = self.forecast_err
-        if self.forecast_lead_s is None or not e["hours"]:
-            return {}
-        return {"forecast": {"scored_hours": e["hours"], "profile_mae": round(e["profile_abs"] / e["hours"], 3),
-                             "last_hour_mae": round(e["last_hour_abs"] / e["hours"], 3)}}
+    def _forecast_stats(self) -> dict[str, dict]:
+        """Per kind of demand, the profile's mean hourly error over the hours it predicted, beside "the same as an hour ago"."""
+        return {kind: {"scored_hours": e["hours"], "profile_mae": round(e["profile_abs"] / e["hours"], 3),
+                       "last_hour_mae": round(e["last_hour_abs"] / e["hours"], 3)} for kind, e in self.forecast_err.items() if e["hours"]}
 
     def _hour_of_week(self, t: float) -> int:
         return hour_of_week(self.local(t))
@@ -440,9 +442,10 @@ class Simulator:
             v = seen.get(key, 0.0)
             guess = self.profile.predict(key, h)
             if guess is not None:
-                self.forecast_err["hours"] += 1
-                self.forecast_err["profile_abs"] += abs(guess - v)
-                self.forecast_err["last_hour_abs"] += abs(self.last_seen.get(key, 0.0) - v)
+                e = self.forecast_err["queue_gpus" if key.startswith("queue:") else "mig_instances"]
+                e["hours"] += 1
+                e["profile_abs"] += abs(guess - v)
+                e["last_hour_abs"] += abs(self.last_seen.get(key, 0.0) - v)
             self.profile.observe(key, h, v)
         self.last_seen = seen
 

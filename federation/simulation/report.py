@@ -65,6 +65,7 @@ def build_report(res: SimResult, invariants: dict, wall_s: float) -> dict:
         },
         **({"mig": res.mig} if res.mig else {}),
         **({"tidal": _readiness(res.openings)} if res.openings else {}),
+        **({"forecast": res.forecast} if res.forecast else {}),
         "pending_reasons_at_end": _reasons_at_end(res),
         "invariants": invariants,
         "virtual_s": round(res.end_s, 3),
