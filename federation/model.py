@@ -319,7 +319,7 @@ class CapacityRequest:
     tasks: int
     per_task: Resources
     gpu_models: tuple[str, ...]
-    waiting_since_s: float
+    waiting_since_s: float  # its submission: burst counts pending_wait_s from it
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Pure: the caller (simulator or live controller) passes what it knows (capacity requests from
 the core's plan, cloud nodes and in-flight requests, spend so far, blocked options) and gets
 decisions back. Rules, in order:
-- only queues with `burst: true`, only after a job has waited `pending_wait_s`;
+- only queues with `burst: true`, only after a job has waited `pending_wait_s` since its
+  submission (a job requeued after a preemption or a lost node has waited already: its
+  capacity was taken back, so the fleet is not about to free up for it);
 - the site and node group: among cloud groups that can hold a task of the gang and are not
   blocked, cheapest first (`order: cheapest`, by the price of the nodes needed) or as listed;
 - the fewest nodes that fit the waiting gangs (gangs choosing the same group share new nodes);
@@ -55,7 +57,6 @@ class InFlight:
 @dataclass(frozen=True)
 class BurstInputs:
     requests: tuple[CapacityRequest, ...]
-    pending_since: dict[str, float]  # job id -> when it (last) became pending
     nodes: tuple[CloudNode, ...]
     in_flight: tuple[InFlight, ...]
     blocked: frozenset[tuple[str, str]]  # (site, group) not to be asked now
@@ -107,7 +108,7 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
         queue = fed.queue(req.queue)
         if not (inp.enabled and queue.burst) or req.job_id in covered:
             continue
-        since = inp.pending_since.get(req.job_id, req.waiting_since_s)
+        since = req.waiting_since_s
         due = since + pol.pending_wait_s
         if now < due - EPS_S:
             out.next_check_s = due if out.next_check_s is None else min(out.next_check_s, due)

@@ -34,9 +34,8 @@ def gang(job, tasks, queue="research", since=0.0):
     return CapacityRequest(job, queue, tasks, Resources.of(8, 8, 64), (), since)
 
 
-def inputs(requests=(), nodes=(), in_flight=(), blocked=frozenset(), pending=None, month=0.0, budget=60.0):
-    pending = pending if pending is not None else {r.job_id: r.waiting_since_s for r in requests}
-    return BurstInputs(tuple(requests), pending, tuple(nodes), tuple(in_flight), blocked, True, budget, month)
+def inputs(requests=(), nodes=(), in_flight=(), blocked=frozenset(), month=0.0, budget=60.0):
+    return BurstInputs(tuple(requests), tuple(nodes), tuple(in_flight), blocked, True, budget, month)
 
 
 def test_nothing_before_pending_wait_and_then_the_fewest_cheapest_nodes():

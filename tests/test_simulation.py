@@ -121,6 +121,20 @@ def test_a_gang_bursts_after_pending_wait_and_idle_nodes_go_back(small):
     assert report["per_queue"]["train"]["cost_usd"] == pytest.approx(report["cloud"]["cost_usd"], abs=0.01)
 
 
+def test_a_gang_preempted_from_the_idc_bursts_at_once_having_waited_since_its_submission(small):
+    trace = trace_of(
+        small,
+        dict(id="borrower", queue="train", tasks=3, gpus=4, duration_s=5000),
+        dict(id="mine", queue="online", gpus=8, submit=250, duration_s=5000, priority=1000, preemptible=False),
+    )
+    _, res = simulate(small, trace, None, SimOptions(seed=1), html=False)
+    requeue = next(e for e in res.events if e["type"] == "requeue")
+    up = next(e for e in res.events if e["type"] == "scale_up")
+    assert requeue["t"] == 310.0  # reclaimed at 250, stopped after the 60 s grace
+    assert up["t"] == 310.0 and up["count"] == 2  # not pending_wait_s (120 s) later: the IDC took its capacity back
+    assert next(e for e in res.events if e["type"] == "admit" and e["job"] == "borrower" and e["t"] > 310)["site"] == "cloud"
+
+
 def test_no_scale_up_beyond_the_hourly_budget(small):
     tight = small.policies.burst.model_copy(update={"budget_usd_per_hour": 15})
     fed = small.__class__(**{**small.__dict__, "policies": small.policies.model_copy(update={"burst": tight})})

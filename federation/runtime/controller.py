@@ -369,10 +369,9 @@ class Controller:
             free = Resources(n.gpus * 1000, n.cpu_milli, n.memory_mib) - used.get(n.name, Resources())
             cloud.append(burst_policy.CloudNode(n.name, n.site, n.node_group, busy, self.idle_since.get(n.name), free))
         enabled, budget = effective_burst(self.fed, self._local(now))
-        pending_since = {r.id: r.submitted_s for r in self.store.jobs({"PENDING"})}
         prewarm = self.forecast.prewarm_gpus(now, sum(n.gpus for n in self.fixed_nodes))
         d = burst_policy.decide(self.fed, now, burst_policy.BurstInputs(
-            plan.capacity_requests, pending_since, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget,
+            plan.capacity_requests, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget,
             self.ledger.spend(self._month(now)), prewarm))
         for job_id, (code, msg) in d.reasons.items():
             self.store.update(job_id, reason=code, message=f"{code}: {msg}")

@@ -522,7 +522,6 @@ class Simulator:
             self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
         inp = burst_policy.BurstInputs(
             requests=plan.capacity_requests,
-            pending_since=self.pending_since,
             nodes=tuple(self._cloud_node(n, c) for n, c in self.cloud.items()),
             in_flight=tuple(self.in_flight.values()),
             blocked=frozenset(self.blocked),
