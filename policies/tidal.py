@@ -10,9 +10,9 @@ held from then (`federation.holds`).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from datetime import datetime, time, timedelta
-from itertools import islice
 
 from croniter import croniter
 
@@ -120,20 +120,28 @@ def upcoming_reserves(fed: Federation, local: datetime) -> dict[str, int]:
     return out
 
 
+def _openings(w: schema.Window, start: datetime, horizon: timedelta):
+    """(opens, closes) of each time `w` is open that overlaps `start` to `start + horizon`."""
+    if w.cron is not None:
+        duration = timedelta(seconds=w.duration_s)
+        it = croniter(w.cron, start - duration)
+        while (fired := it.get_next(datetime)) <= start + horizon:
+            yield fired, fired + duration
+        return
+    opens, closes = parse_hhmm(w.start), parse_hhmm(w.end)
+    days = set(w.days or DAYS)
+    for day in range(-1, horizon.days + 1):
+        date = (start + timedelta(days=day)).date()
+        if DAYS[date.weekday()] in days:
+            midnight = datetime.combine(date, time(0), start.tzinfo)
+            yield midnight + timedelta(minutes=opens), midnight + timedelta(minutes=closes if opens < closes else closes + 1440)
+
+
 def _edges(w: schema.Window, local: datetime, horizon: timedelta, lead: timedelta = timedelta(0)):
     """Times at which `w` may open or close (or start preparing, `lead` before it opens) between
     `local` and the horizon."""
-    if w.cron is not None:
-        duration = timedelta(seconds=w.duration_s)
-        it = croniter(w.cron, local - duration)
-        while (fired := it.get_next(datetime)) <= local + horizon + lead:
-            yield from (fired, fired + duration, fired - lead)
-        return
-    for day in range(-1, horizon.days + 2):
-        date = (local + timedelta(days=day)).date()
-        for m in (parse_hhmm(w.start), parse_hhmm(w.end)):
-            at = datetime.combine(date, time(0), local.tzinfo) + timedelta(minutes=m)
-            yield from (at, at - lead)
+    for opens, closes in _openings(w, local, horizon + lead):
+        yield from (opens, closes, opens - lead)
 
 
 def next_transition(fed: Federation, local: datetime, horizon_h: int = 8 * 24, prepare: bool = False) -> datetime | None:
@@ -151,14 +159,22 @@ def next_transition(fed: Federation, local: datetime, horizon_h: int = 8 * 24, p
     return next((e for e in edges if phase(e) != now), None)
 
 
-def overlaps(windows: list[schema.Window], start: datetime, days: int = 8, max_edges: int = 5000) -> set[tuple[int, ...]]:
+def overlaps(windows: list[schema.Window], start: datetime, days: int = 8) -> set[tuple[int, ...]]:
     """The index tuples of two or more `windows` open together at some moment within `days` of
-    `start`. The set of open windows changes only at a window's edge, so those are the moments
-    looked at; at most `max_edges` per window (a cron firing every minute has 11,520 in 8 days)."""
+    `start`: a sweep over every opening and closing (a window is open from its opening, up to
+    but not at its closing)."""
     horizon = timedelta(days=days)
-    edges = sorted({e for w in windows for e in islice(_edges(w, start, horizon), max_edges) if start <= e <= start + horizon})
-    together = (tuple(i for i, w in enumerate(windows) if window_active(w, e)) for e in edges)
-    return {t for t in together if len(t) > 1}
+    events = sorted((t, delta, i) for i, w in enumerate(windows) for a, b in _openings(w, start, horizon) for t, delta in ((a, 1), (b, -1)))
+    open_: Counter[int] = Counter()
+    out = set()
+    for k, (t, delta, i) in enumerate(events):
+        open_[i] += delta  # at one instant, closings (-1) sort before openings (+1)
+        if k + 1 < len(events) and events[k + 1][0] == t:
+            continue  # the set at `t` is known once every event at `t` is applied
+        now = tuple(sorted(j for j, n in open_.items() if n > 0))
+        if len(now) > 1 and start <= t <= start + horizon:
+            out.add(now)
+    return out
 
 
 def effective_mig(fed: Federation, local: datetime) -> dict[str, dict[str, schema.MigTarget]]:

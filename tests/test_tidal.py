@@ -84,6 +84,17 @@ def test_validate_rejects_windows_that_break_the_queue_rules_only_where_they_are
     parse(_with_evening_window("sat"))  # the day window is weekdays only: they never meet
 
 
+def test_overlaps_are_found_by_sweeping_openings_and_a_window_is_not_open_at_its_end():
+    from federation import schema
+    from policies.tidal import overlaps
+
+    day = schema.Window(days=["mon", "tue", "wed", "thu", "fri"], start="08:00", end="22:00")
+    night = schema.Window(start="22:00", end="08:00")  # meets the day window at both ends, never overlaps it
+    evening = schema.Window(cron="0 21 * * *", duration_s=7200)  # 21:00-23:00: the end of the day and the start of the night
+    weekend = schema.Window(days=["sat"], start="10:00", end="12:00")
+    assert overlaps([day, night, evening, weekend], at(0, 0)) == {(0, 2), (1, 2)}
+
+
 def test_the_next_transition_is_the_next_window_edge():
     assert next_transition(FED, at(0, 10)) == at(0, 22)
     assert next_transition(FED, at(0, 23)) == at(1, 8)
