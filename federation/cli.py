@@ -221,7 +221,7 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
     if tidal.get("forecast_prewarm_gpus"):
         con.print(f"forecast: {tidal['forecast_prewarm_gpus']:g} cloud GPUs wanted up ahead of the predicted peak")
     if err := tidal.get("forecast_error"):
-        con.print(f"forecast error over the last {err['held_out_hours']} h, learned without them: {err['profile_mae']:.2f} GPUs an hour per queue "
+        con.print(f"forecast error over the last {err['held_out_hours']} h, learned without them: {err['profile_mae']:.2f} GPUs per queue and hour "
                   f"(\"the same as an hour ago\": {err['last_hour_mae']:.2f})")
     pending = Table(title="pending jobs")
     pending.add_column("job")

@@ -92,5 +92,5 @@ def test_fedctl_status_shows_how_well_the_forecast_predicted_the_last_day(tmp_pa
     finally:
         serving.close()
     assert r.returncode == 0, r.stderr
-    assert "forecast error over the last 24 h, learned without them: 0.00 GPUs" in r.stdout, r.stdout
+    assert "forecast error over the last 24 h, learned without them: 0.00 GPUs per queue and hour" in r.stdout, r.stdout
     assert c.forecast.error["last_hour_mae"] > 0
