@@ -224,10 +224,10 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
         con.print(f"forecast error over the last {err['held_out_hours']} h, learned without them: {err['profile_mae']:.2f} GPUs per queue and hour "
                   f"(\"the same as an hour ago\": {err['last_hour_mae']:.2f})")
     pending = Table(title="pending jobs")
-    pending.add_column("job")
-    pending.add_column("why")
+    for col in ("job", "queue", "#", "why"):
+        pending.add_column(col)
     for p in doc["pending"]:
-        pending.add_row(p["job"], p["message"] or "")
+        pending.add_row(p["job"], p["queue"], str(p["position"]), p["message"] or "")
     con.print(pending)
 
 

@@ -143,3 +143,32 @@ def test_the_journal_reads_back_only_the_jobs_going_or_ended_since_a_time(tmp_pa
     assert [r.id for r in store.jobs(ended_after=100.0)] == ["edge", "going", "new"]
     assert [r.id for r in store.jobs({"SUCCEEDED"}, ended_after=100.0)] == ["new"]
     assert len(store.jobs()) == 4
+
+
+def test_status_lists_waiting_jobs_queue_by_queue_with_their_position(tmp_path):
+    fed = parse("""
+federation: {name: order, timezone: UTC}
+priority_classes:
+  - {name: normal, value: 100, default: true}
+  - {name: urgent, value: 1000}
+sites:
+  - name: idc
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 4}
+queues:
+  - {name: research, deserved: {gpu: 16}, capability: {gpu: 16}}
+  - {name: other, deserved: {gpu: 8}, capability: {gpu: 8}}
+""")
+    clock = [1000.0]
+    c = Controller(fed, Store(tmp_path / "s.db"), {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: clock[0])
+    for job_id, queue, extra in (("a", "research", {}), ("b", "research", {}), ("w1", "research", {}), ("x1", "other", {}), ("x2", "other", {}),
+                                 ("w2", "research", {"priority": "urgent"})):
+        clock[0] += 1
+        c.submit({"entrypoint": "python x.py", "submission_id": job_id, "metadata": {"queue": queue, "gpus_per_task": "8", **extra}})
+        if job_id == "b":
+            c.tick()  # a and b take research's 16
+    c.tick()
+    shown = [(p["job"], p["queue"], p["position"]) for p in c.status()["pending"]]
+    assert shown == [("x2", "other", 1), ("w2", "research", 1), ("w1", "research", 2)]  # urgent first, then by submission

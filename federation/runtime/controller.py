@@ -479,6 +479,17 @@ class Controller:
             return self.sites[row.site].logs(row.dispatch_id)
         return ""
 
+    def _pending_by_queue(self, rows: list[JobRow]) -> list[dict]:
+        """Waiting jobs queue by queue, each with its position: the order the core considers a
+        queue's jobs in (priority, then submission), as Kueue's visibility API gives it."""
+        specs = {r.id: self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s) for r in rows if r.status == "PENDING"}
+        out, seen = [], Counter()
+        for r in sorted((r for r in rows if r.id in specs), key=lambda r: (specs[r.id].queue, -specs[r.id].priority, r.submitted_s, r.id)):
+            queue = specs[r.id].queue
+            seen[queue] += 1
+            out.append({"job": r.id, "queue": queue, "position": seen[queue], "reason": r.reason, "message": r.message})
+        return out
+
     def status(self) -> dict:
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         local = self._local(self.clock())
@@ -497,7 +508,7 @@ class Controller:
                        for q in effective_queues(self.fed, local)],
             "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
                       **({"forecast_prewarm_gpus": self.forecast.last_gpus, "forecast_error": self.forecast.error} if self.forecast.spec else {})},
-            "pending": [{"job": r.id, "reason": r.reason, "message": r.message} for r in rows if r.status == "PENDING"],
+            "pending": self._pending_by_queue(rows),
             "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
             "mig": {site: m.status() for site, m in self.mig.items()},
             "cloud": {"in_flight": [{"request": f.request_id, "site": f.site, "group": f.group, "count": f.count, "jobs": list(f.jobs)}
