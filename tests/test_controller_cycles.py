@@ -72,6 +72,28 @@ def test_a_dispatched_job_is_pending_to_ray_clients_until_its_site_runs_it(ctl):
     assert c.job_details(row)["status"] == "RUNNING"
 
 
+def test_a_restarted_controller_asks_the_site_before_showing_a_dispatched_job_running(tmp_path):
+    """The journal says RUNNING (dispatched); what the site says of the driver was in the old
+    process's memory only. A status read asks the site instead of trusting the journal."""
+
+    class Site(RaySite):  # the site's answer, without a Ray cluster: the controller's reading of it is under test
+        says = "PENDING"
+
+        def status(self, dispatch_id):
+            return self.says
+
+    store = Store(tmp_path / "s.db")
+    store.insert(JobRow("j", "python x.py", {}, {}, {"queue": "research"}, status="RUNNING", site="idc", dispatch_id="j-0", submitted_s=1.0))
+    site = Site("idc", "http://127.0.0.1:9")
+    c = Controller(parse(CONFIG), store, {"idc": site})  # as after a restart: no tick yet
+    row = store.get("j")
+    c.refresh_site_status(row)
+    assert c.job_details(row)["status"] == "PENDING"
+    site.says = "RUNNING"
+    c.refresh_site_status(row)
+    assert c.job_details(row)["status"] == "RUNNING"
+
+
 def test_stopping_a_job_at_an_unreachable_site_is_a_503_that_says_so(ctl):
     import asyncio
 

@@ -449,9 +449,10 @@ class Controller:
     # ---- what people see ----
 
     def refresh_site_status(self, row: JobRow) -> None:
-        """Ask the site now whether a job it was given has started (for a status read)."""
+        """Ask the site now whether a job it was given has started (for a status read): while
+        its driver is starting there, or when this controller has not heard yet (restarted)."""
         site = self.sites.get(row.site)
-        if row.status == "RUNNING" and self.site_status.get(row.id) == "PENDING" and site is not None and row.dispatch_id:
+        if row.status == "RUNNING" and self.site_status.get(row.id, "PENDING") == "PENDING" and site is not None and row.dispatch_id:
             try:
                 status = site.status(row.dispatch_id)
             except SiteUnavailable:
