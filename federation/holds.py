@@ -10,7 +10,8 @@ another queue's gang is placed there only while the free GPUs left still cover i
 Before a tidal window raises a reserve, the raised reserve is held from the window's
 `prepare_s` ahead, and the work of other queues standing on it is preempted then (reason
 `WindowPrepare`), so the capacity is idle when the window opens rather than a grace period
-later. Victims are taken borrowed work first, then lowest priority, then the least run time
+later. That holds for every queue: one kept to no sites is held on all of them until the window
+opens (from then on the quota tree keeps its guarantee free, as for any queue). Victims are taken borrowed work first, then lowest priority, then the least run time
 lost; never non-preemptible jobs, and never so much that the victim's queue falls below its own
 reserve.
 
@@ -32,7 +33,7 @@ from federation.quota import QuotaTree
 @dataclass
 class Hold:
     queue: str
-    sites: frozenset[str]
+    sites: frozenset[str] | None  # None: every site
     reserve_milli: int  # the larger of its reserve now and the one a window about to open gives
     raising: bool  # a window about to open raises it: make it ready now
     free_milli: int = 0  # free GPU capacity on its sites, kept current through the cycle
@@ -44,11 +45,13 @@ class Holds:
         self.holds: list[Hold] = []
         for name, q in quota.queues.items():
             parent = quota.queues.get(q.parent) if q.parent else None
-            if q.sites is None or (parent is not None and parent.sites == q.sites):
+            if parent is not None and parent.sites == q.sites:
                 continue
             now = quota.reserve[name].gpu_milli
             ahead = upcoming.get(name, 0)
-            if max(now, ahead) > 0:
+            if q.sites is None and ahead > now:
+                self.holds.append(Hold(name, None, ahead, True))
+            elif q.sites is not None and max(now, ahead) > 0:
                 self.holds.append(Hold(name, frozenset(q.sites), max(now, ahead), ahead > now))
         for h in self.holds:
             # idle MIG instances are not counted: they are of the profiles the MIG manager chose,
@@ -66,13 +69,13 @@ class Holds:
         """The hold that placing `gpu_milli` of `queue`'s work on `site` would eat into, if any."""
         path = self.quota.path(queue)
         for h in self.holds:
-            if site in h.sites and h.queue not in path and h.free_milli - gpu_milli < self.held(h):
+            if _on(h, site) and h.queue not in path and h.free_milli - gpu_milli < self.held(h):
                 return h
         return None
 
     def placed(self, site: str, gpu_milli: int) -> None:
         for h in self.holds:
-            if site in h.sites:
+            if _on(h, site):
                 h.free_milli -= gpu_milli
 
     def prepare(self, running: Sequence[RunningJob], stopping: set[str], budget: int) -> list[RunningJob]:
@@ -82,7 +85,7 @@ class Holds:
         for h in self.holds:
             if not h.raising:
                 continue
-            on_sites = [r for r in running if r.site in h.sites and h.queue not in self.quota.path(r.spec.queue)]
+            on_sites = [r for r in running if _on(h, r.site) and h.queue not in self.quota.path(r.spec.queue)]
             short = self.held(h) - h.free_milli - sum(r.usage.gpu_milli for r in on_sites if r.preempting or r.spec.id in chosen)
             cands = sorted((r for r in on_sites if r.spec.preemptible and not r.preempting and r.spec.id not in chosen),
                            key=lambda r: (not self.quota.borrowing(r.spec.queue), r.spec.priority, -r.started_s, r.spec.id))
@@ -101,11 +104,15 @@ class Holds:
         return out
 
 
-def free_gpu_milli(cluster: ClusterState, sites: frozenset[str], mig: bool = True) -> int:
-    """Free GPU capacity on schedulable nodes of `sites`: free space on GPUs used whole or shared,
-    and (with `mig`) idle MIG instances."""
+def _on(h: Hold, site: str) -> bool:
+    return h.sites is None or site in h.sites
+
+
+def free_gpu_milli(cluster: ClusterState, sites: frozenset[str] | None, mig: bool = True) -> int:
+    """Free GPU capacity on schedulable nodes of `sites` (None: all): free space on GPUs used
+    whole or shared, and (with `mig`) idle MIG instances."""
     total = 0
-    for st in cluster.representatives(set(sites)):
+    for st in cluster.representatives(None if sites is None else set(sites)):
         n = len(cluster.groups[st.sig])
         total += n * (st.free_gpu_milli + (sum(profile_gpu_milli(p) or 0 for _, p, _ in st.mig_free) if mig else 0))
     return total

@@ -268,7 +268,7 @@ class _Cycle:
         if held_by is not None:
             # it would fit but for another queue's guarantee: waiting (or cloud) is the way, not preemption
             self.pending[job.id] = PendingReason(
-                "ReservedForQueue", f"the free GPUs of {', '.join(sorted(held_by.sites))} are held for queue {held_by.queue!r}'s guarantee "
+                "ReservedForQueue", f"the free GPUs of {', '.join(sorted(held_by.sites or ['every site']))} are held for queue {held_by.queue!r}'s guarantee "
                 f"({self.holds.held(held_by) / 1000:g} GPUs)", need)
             self._request_capacity(job)
             return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from federation.config import parse
 from federation.jobs import make_job
 from federation.simulation.engine import SimOptions, Simulator
@@ -31,16 +33,17 @@ policies:
 """
 
 
-def run(prepare: str):
-    f = parse(CONFIG.replace("PREPARE", prepare))
+def run(prepare: str, online_sites: str = ", sites: [idc]"):
+    f = parse(CONFIG.replace("PREPARE", prepare).replace(", sites: [idc]", online_sites))
     # at 06:00 four 8-GPU jobs fill the site for 4 h, in the child queue (its parent's quota covers it)
     trace = Trace([TraceJob(make_job(f, id=f"r{i}", queue="research-nlp", submit_s=6 * 3600 + i, gpus_per_task=8), 4 * 3600) for i in range(4)])
     res = Simulator(f, trace, SimOptions(seed=1)).run()
     return res, build_report(res, {}, 0.0)
 
 
-def test_the_raised_guarantee_is_idle_when_the_window_opens():
-    res, rep = run("")  # default lead: max(grace 60 s, MIG drain 300 s) = 300 s
+@pytest.mark.parametrize("online_sites", [", sites: [idc]", ""], ids=["kept to the idc", "kept to no site"])
+def test_the_raised_guarantee_is_idle_when_the_window_opens(online_sites):
+    res, rep = run("", online_sites)  # default lead: max(grace 60 s, MIG drain 300 s) = 300 s
     preps = [e for e in res.events if e["type"] == "preempt"]
     assert [e["reason"] for e in preps] == ["WindowPrepare", "WindowPrepare"]  # 16 GPUs, two 8-GPU jobs
     assert all(e["t"] == 8 * 3600 - 300 for e in preps)
