@@ -86,6 +86,7 @@ def test_fedctl_status_shows_how_well_the_forecast_predicted_the_last_day(tmp_pa
         store.insert(JobRow(f"past-{d}", "python train.py", {}, {}, {"queue": "research", "tasks": 2, "gpus_per_task": 8.0},
                             status="SUCCEEDED", site="idc", submitted_s=start, started_s=start, ended_s=start + 3600))
     c = Controller(fed, store, {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: at(12))
+    c.tick()  # learns the profile (the serving loop's own first cycle might come after the status read)
     serving = Serving(c, "127.0.0.1", free_port(), cycle_s=0.2)
     try:
         r = subprocess.run([sys.executable, "-m", "federation.cli", "status", "--address", serving.url], capture_output=True, text=True, timeout=60)
