@@ -223,12 +223,21 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
     if err := tidal.get("forecast_error"):
         con.print(f"forecast error over the last {err['held_out_hours']} h, learned without them: {err['profile_mae']:.2f} GPUs per queue and hour "
                   f"(\"the same as an hour ago\": {err['last_hour_mae']:.2f})")
-    pending = Table(title="pending jobs")
-    for col in ("job", "queue", "#", "why"):
-        pending.add_column(col)
-    for p in doc["pending"]:
-        pending.add_row(p["job"], p["queue"], str(p["position"]), p["message"] or "")
-    con.print(pending)
+    con.print(pending_table(doc["pending"]))
+
+
+def pending_table(pending: list[dict]):
+    """Waiting jobs as `fedctl status` shows them."""
+    from rich.table import Table
+
+    table = Table(title="pending jobs")
+    for col in ("job", "queue"):  # whole, never cut: people copy them into `fedctl explain`; the reason wraps
+        table.add_column(col, no_wrap=True, min_width=max((len(p[col]) for p in pending), default=0))
+    table.add_column("#")
+    table.add_column("why")
+    for p in pending:
+        table.add_row(p["job"], p["queue"], str(p["position"]), p["message"] or "")
+    return table
 
 
 @app.command()

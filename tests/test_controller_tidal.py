@@ -86,6 +86,8 @@ def test_fedctl_status_shows_how_well_the_forecast_predicted_the_last_day(tmp_pa
         store.insert(JobRow(f"past-{d}", "python train.py", {}, {}, {"queue": "research", "tasks": 2, "gpus_per_task": 8.0},
                             status="SUCCEEDED", site="idc", submitted_s=start, started_s=start, ended_s=start + 3600))
     c = Controller(fed, store, {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: at(12))
+    waiting = "raysubmit_" + "x" * 30  # as long as Ray's own ids, and more
+    submit(c, waiting, 3)  # 24 GPUs: only the night's capability allows it
     c.tick()  # learns the profile (the serving loop's own first cycle might come after the status read)
     serving = Serving(c, "127.0.0.1", free_port(), cycle_s=0.2)
     try:
@@ -95,3 +97,15 @@ def test_fedctl_status_shows_how_well_the_forecast_predicted_the_last_day(tmp_pa
     assert r.returncode == 0, r.stderr
     assert "forecast error over the last 24 h, learned without them: 0.00 GPUs per queue and hour" in r.stdout, r.stdout
     assert c.forecast.error["last_hour_mae"] > 0
+    assert waiting in r.stdout
+
+
+def test_fedctl_status_never_cuts_a_job_id_on_a_narrow_terminal():
+    from rich.console import Console
+
+    from federation.cli import pending_table
+
+    job = "raysubmit_" + "x" * 30  # as long as Ray's own ids, and more
+    con = Console(width=80, record=True)
+    con.print(pending_table([{"job": job, "queue": "research-vision", "position": 12, "message": "ExceedsCapability: " + "the numbers " * 12}]))
+    assert job in con.export_text()  # whole: people copy it into `fedctl explain`
