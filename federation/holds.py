@@ -11,9 +11,9 @@ Before a tidal window raises a reserve, the raised reserve is held from the wind
 `prepare_s` ahead, and the work of other queues standing on it is preempted then (reason
 `WindowPrepare`), so the capacity is idle when the window opens rather than a grace period
 later. That holds for every queue: one kept to no sites is held on all of them until the window
-opens (from then on the quota tree keeps its guarantee free, as for any queue). Victims are taken borrowed work first, then lowest priority, then the least run time
-lost; never non-preemptible jobs, and never so much that the victim's queue falls below its own
-reserve.
+opens (from then on the quota tree keeps its guarantee free, as for any queue). Victims are
+taken borrowed work first, then lowest priority, then the least run time lost; never
+non-preemptible jobs, and never so much that the victim's queue falls below its own reserve.
 
 GPUs only: they are what is scarce; CPUs and memory stay with the quota tree's accounting. A
 queue nested in a held queue with the same sites is covered by its ancestor's hold.

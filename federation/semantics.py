@@ -259,8 +259,8 @@ def _check_policies(spec: schema.FederationSpec) -> list[Issue]:
         at = ("policies", "tidal", ti)
         if t.window is None and t.forecast is None:
             issues.append((at, "a tidal policy needs a window or a forecast"))
-        if t.window is not None:
-            issues += _check_window(t.window, (*at, "window"))
+        window_issues = _check_window(t.window, (*at, "window")) if t.window is not None else []
+        issues += window_issues
         if t.forecast is not None and (t.queues or t.mig or t.burst):
             issues.append(((*at, "forecast"), "a forecast policy pre-warms capacity; give quota, MIG and burst overrides in a window policy"))
         unknown = [n for n in t.queues if n not in {q.name for q in spec.queues}]
@@ -269,7 +269,7 @@ def _check_policies(spec: schema.FederationSpec) -> list[Issue]:
         if t.queues and not unknown:
             found = _check_queues(spec, _overridden(spec, [t]), (*at, "queues"), window=f"window {t.name!r}")
             issues += found
-            if t.window is not None and not found and not _check_window(t.window, ()):
+            if t.window is not None and not found and not window_issues:
                 mergeable.append((ti, t))
         for sname, groups in t.mig.items():
             sat = (*at, "mig", sname)

@@ -18,6 +18,19 @@ from datetime import datetime
 HOURS = 168  # hours in a week
 
 
+# The series a federation learns, by key: each queue's GPUs, and each MIG site's instances of a profile.
+def queue_key(queue: str) -> str:
+    return f"queue:{queue}"
+
+
+def mig_key(site: str, profile: str) -> str:
+    return f"{site}/{profile}"
+
+
+def is_queue_key(key: str) -> bool:
+    return key.startswith("queue:")
+
+
 @dataclass
 class WeeklyProfile:
     alpha: float = 0.5  # weight of the newest week
@@ -33,12 +46,16 @@ class WeeklyProfile:
         return None if s is None else s[hour_of_week % HOURS]
 
 
+    def queue_gpus(self, queues: Iterable[str], hour_of_week: int) -> dict[str, float]:
+        """Queue -> the GPUs predicted for it (0 where nothing is known)."""
+        return {q: self.predict(queue_key(q), hour_of_week) or 0.0 for q in queues}
+
     def mig_instances(self, site: str, hour_of_week: int) -> dict[str, int]:
-        """Profile -> the MIG instances predicted at `site` (keys `<site>/<profile>`), rounded up."""
+        """Profile -> the MIG instances predicted at `site`, rounded up."""
         out = {}
         for key in self.slots:
             where, _, profile = key.partition("/")
-            if where == site and (guess := self.predict(key, hour_of_week)):
+            if not is_queue_key(key) and where == site and (guess := self.predict(key, hour_of_week)):
                 out[profile] = math.ceil(guess)
         return out
 

@@ -26,7 +26,10 @@ from policies.forecast import (
     held_out_error,
     hour_of_week,
     hourly_peak,
+    is_queue_key,
     learn,
+    mig_key,
+    queue_key,
 )
 from policies.tidal import effective_queues
 
@@ -44,10 +47,10 @@ def demand_intervals(fed: Federation, rows: Iterable[JobRow], now: float, mig_si
         except (JobRejected, TypeError):
             continue  # a queue or shape the config no longer has: not this federation's tide
         until = r.ended_s if r.ended_s is not None else now
-        out.append((f"queue:{spec.queue}", spec.per_task.gpu * spec.tasks, r.submitted_s, until))
+        out.append((queue_key(spec.queue), spec.per_task.gpu * spec.tasks, r.submitted_s, until))
         if spec.mig_profile is not None:
             for site in [r.site] if r.site in mig_sites else mig_sites:
-                out.append((f"{site}/{spec.mig_profile}", spec.tasks, r.submitted_s, until))
+                out.append((mig_key(site, spec.mig_profile), spec.tasks, r.submitted_s, until))
     return out
 
 
@@ -64,7 +67,7 @@ def profile_from(fed: Federation, rows: Iterable[JobRow], now: float, history_da
     alpha, first = alpha_for(history_days), hour_of_week(local)
     error = None
     if hours - HELD_OUT_H >= 168:
-        gpus = {k: v for k, v in series.items() if k.startswith("queue:")}
+        gpus = {k: v for k, v in series.items() if is_queue_key(k)}
         before = learn({k: v[:-HELD_OUT_H] for k, v in gpus.items()}, first, alpha)
         error = {"held_out_hours": HELD_OUT_H, **held_out_error(before, {k: v[-HELD_OUT_H:] for k, v in gpus.items()}, first + hours - HELD_OUT_H)}
     return learn(series, first, alpha), error
@@ -97,7 +100,7 @@ class LiveForecast:
         if self.spec is None:
             return 0.0
         ahead = self._ahead(now)
-        predicted = {q: self.profile.predict(f"queue:{q}", hour_of_week(ahead)) or 0.0 for q in self.fed.leaf_queues}
+        predicted = self.profile.queue_gpus(self.fed.leaf_queues, hour_of_week(ahead))
         self.last_gpus = burst_policy.prewarm_gpus(self.fed, predicted, fixed_gpus, effective_queues(self.fed, ahead))
         return self.last_gpus
 

@@ -26,7 +26,14 @@ from federation.scheduler import CycleState, Snapshot, incremental_pending, node
 from federation.simulation.ledger import Ledger
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
-from policies.forecast import WeeklyProfile, alpha_for, hour_of_week
+from policies.forecast import (
+    WeeklyProfile,
+    alpha_for,
+    hour_of_week,
+    is_queue_key,
+    mig_key,
+    queue_key,
+)
 from policies.placement import make_strategy, workload_mix
 from policies.tidal import (
     active_policies,
@@ -410,17 +417,17 @@ class Simulator:
         `<site>/<profile>` MIG instances."""
         out: dict[str, float] = {}
         for r in self.running.values():
-            key = f"queue:{r.spec.queue}"
+            key = queue_key(r.spec.queue)
             out[key] = out.get(key, 0) + r.usage.gpu
             if r.spec.mig_profile is not None and self.mig:
-                key = f"{r.site}/{r.spec.mig_profile}"
+                key = mig_key(r.site, r.spec.mig_profile)
                 out[key] = out.get(key, 0) + len(r.placements)
         for spec in self.pending.values():
-            key = f"queue:{spec.queue}"
+            key = queue_key(spec.queue)
             out[key] = out.get(key, 0) + spec.per_task.gpu * spec.tasks
             if spec.mig_profile is not None:
                 for site in self.mig:
-                    key = f"{site}/{spec.mig_profile}"
+                    key = mig_key(site, spec.mig_profile)
                     out[key] = out.get(key, 0) + spec.tasks
         return out
 
@@ -429,7 +436,7 @@ class Simulator:
         if self.forecast_lead_s is None:
             return 0.0
         ahead = self.local(t + self.forecast_lead_s)
-        predicted = {q: self.profile.predict(f"queue:{q}", hour_of_week(ahead)) or 0.0 for q in self.fed.leaf_queues}
+        predicted = self.profile.queue_gpus(self.fed.leaf_queues, hour_of_week(ahead))
         return burst_policy.prewarm_gpus(self.fed, predicted, self.fixed_gpus, effective_queues(self.fed, ahead))
 
     def _observe_demand(self, t: float) -> None:
@@ -442,7 +449,7 @@ class Simulator:
             v = seen.get(key, 0.0)
             guess = self.profile.predict(key, h)
             if guess is not None:
-                e = self.forecast_err["queue_gpus" if key.startswith("queue:") else "mig_instances"]
+                e = self.forecast_err["queue_gpus" if is_queue_key(key) else "mig_instances"]
                 e["hours"] += 1
                 e["profile_abs"] += abs(guess - v)
                 e["last_hour_abs"] += abs(self.last_seen.get(key, 0.0) - v)
