@@ -209,6 +209,10 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
     except (requests.RequestException, ValueError) as e:
         raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
     con = out()
+    health = doc.get("health") or {}
+    if health.get("stalled"):
+        err.print(f"[bold red]the scheduling cycle is stalled[/]: no cycle has succeeded since {health.get('last_cycle_s') or 'start-up'}; "
+                  f"last error: {health.get('last_error')} (see the controller's log)")
     table = Table(title=f"queues of {doc['federation']}")
     for col in ("queue", "parent", "guarantee GPU", "deserved GPU", "using GPU", "borrowed GPU"):
         table.add_column(col)
@@ -220,9 +224,9 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
         con.print(f"tidal windows active: {', '.join(tidal['active']) or 'none'}; next change at {tidal.get('next_transition') or 'none within 8 days'}")
     if tidal.get("forecast_prewarm_gpus"):
         con.print(f"forecast: {tidal['forecast_prewarm_gpus']:g} cloud GPUs wanted up ahead of the predicted peak")
-    if err := tidal.get("forecast_error"):
-        con.print(f"forecast error over the last {err['held_out_hours']} h, learned without them: {err['profile_mae']:.2f} GPUs per queue and hour "
-                  f"(\"the same as an hour ago\": {err['last_hour_mae']:.2f})")
+    if fe := tidal.get("forecast_error"):
+        con.print(f"forecast error over the last {fe['held_out_hours']} h, learned without them: {fe['profile_mae']:.2f} GPUs per queue and hour "
+                  f"(\"the same as an hour ago\": {fe['last_hour_mae']:.2f})")
     con.print(pending_table(doc["pending"]))
 
 

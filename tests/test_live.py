@@ -38,16 +38,16 @@ policies: {preemption: {grace_s: 1}}
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """One local Ray cluster for the session: logical GPUs, loopback, auth off (set explicitly).
-    Yields (dashboard URL, GCS address)."""
-    dashboard, gcs, env = start_local_ray(config_nodes(parse(CONFIG, "live.yaml"), ["idc"]))  # what fedctl up starts
-    yield dashboard, gcs
-    subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    """One local Ray cluster for the session, what fedctl up starts: logical GPUs, loopback, auth
+    off (set explicitly). Stopped by its own processes: other Ray clusters on the host go on."""
+    cluster = start_local_ray(config_nodes(parse(CONFIG, "live.yaml"), ["idc"]))
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")
 def ray_site(ray_cluster):
-    return ray_cluster[0]
+    return ray_cluster.dashboard
 
 
 class Live:
@@ -289,9 +289,9 @@ queues:""").replace("  - {name: train, deserved: {gpu: 4}, capability: {gpu: 6}}
 def test_a_job_waits_for_a_local_burst_node_runs_there_and_the_idle_node_goes_back(ray_cluster, tmp_path):
     from providers.local import LocalProvider
 
-    dashboard, gcs = ray_cluster
+    dashboard = ray_cluster.dashboard
     fed = parse(BURST_CONFIG, "burst.yaml")
-    prov = LocalProvider("burst", gcs, dashboard, 0.0, {**os.environ, "RAY_AUTH_MODE": "disabled"})
+    prov = LocalProvider("burst", ray_cluster, 0.0)
     store = Store(tmp_path / "burst.sqlite")
     ctl = Controller(fed, store, {"idc": RaySite("idc", dashboard), "burst": RaySite("burst", dashboard)}, providers={"burst": prov})
     try:
@@ -366,7 +366,7 @@ def test_the_controller_runs_as_ray_actors_that_restart_and_lose_nothing(ray_clu
 
     from federation.runtime.actors import site_parts, start_actors
 
-    dashboard, gcs = ray_cluster
+    dashboard, gcs = ray_cluster.dashboard, ray_cluster.gcs
     fed, state = parse(CONFIG, "live.yaml"), tmp_path / "state.sqlite"
     ray.init(address=gcs, namespace="federation-actors-test", log_to_driver=False)
     actors = []

@@ -139,7 +139,21 @@ class QueueController:
 QueueControllerActor = ray.remote(QueueController)
 
 
+def _clear(name: str, timeout_s: float = 60.0) -> None:
+    """Make way for a named actor: one left by a driver that was killed (in a cluster adopted
+    after `fedctl up` died) lives on until Ray notices its owner is gone; end it now."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.kill(ray.get_actor(name), no_restart=True)
+        except ValueError:  # no such actor: the name is free
+            return
+        time.sleep(0.2)
+    raise SiteUnavailable(f"the Ray actor {name!r} from an earlier run would not go away in {timeout_s:g} s")
+
+
 def _options(name: str, concurrency: int) -> dict:
+    _clear(name)
     here = ray.get_runtime_context().get_node_id()
     return {"name": name, "max_restarts": -1, "num_cpus": 0, "max_concurrency": concurrency,
             "scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False)}

@@ -11,6 +11,7 @@ import contextlib
 import json
 import threading
 import time
+import traceback
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -191,13 +192,20 @@ async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tok
 
     async def cycle_loop(_app):
         async def loop():
+            ctl.health.stall_after_s = max(30.0, 10 * cycle_s)
             while True:
                 began = time.perf_counter()
                 wake.clear()  # submissions from here on wake the next cycle
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, ctl.tick)
-                except FederationError as e:  # reported, and the next cycle tries again
-                    ctl.log(f"cycle failed: {e}")
+                    ctl.health.ok(ctl.clock())
+                except Exception as e:  # the loop must outlive any fault: seen, counted, backed off, tried again
+                    ctl.health.failed(ctl.clock(), "cycle", f"{type(e).__name__}: {e}")
+                    pause = ctl.health.backoff_s(cycle_s)
+                    ctl.log(f"cycle failed ({ctl.health.consecutive_failures} in a row; next try in {pause:g} s): "
+                            f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                    await asyncio.sleep(pause)
+                    continue
                 took = time.perf_counter() - began
                 try:
                     await asyncio.wait_for(wake.wait(), cycle_s)

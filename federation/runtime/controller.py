@@ -9,6 +9,7 @@ back as data: a site that cannot be reached leaves its jobs as they are until th
 from __future__ import annotations
 
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -23,10 +24,11 @@ from federation.jobs import make_job
 from federation.mig.manager import CAPACITY_REASONS, MigManager
 from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
 from federation.runtime.forecasting import LiveForecast
+from federation.runtime.health import CycleHealth
 from federation.runtime.mig import live_mig
 from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
-from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable, config_nodes
+from federation.runtime.sites import TERMINAL, RaySite, SiteRejected, SiteUnavailable, config_nodes
 from federation.scheduler import Snapshot, incremental_pending, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
@@ -81,6 +83,9 @@ class Controller:
     #: how often each cloud site is reconciled against the ledger (also once at start-up)
     RECONCILE_S = 300.0
     FULL_CYCLE_S = 5.0  # the longest between cycles that look at every waiting job
+    #: how long a site may go unanswered before the jobs it runs are queued again elsewhere
+    #: (MultiKueue's workerLostTimeout, 15 min: long enough that a restart of the site's head is not a loss)
+    SITE_LOST_S = 900.0
     #: how long a site/group that failed for capacity is skipped by the burst policy
     BLOCK_S = 600.0
     #: how long an uploaded package is kept before a job must refer to it (Ray's client uploads, then submits)
@@ -114,6 +119,8 @@ class Controller:
         self.admissions: Counter[str] = Counter()  # by site
         self.preemptions: Counter[str] = Counter()  # by reason
         self.reconciled_s: float | None = None
+        self.health = CycleHealth(started_s=clock())
+        self.unreachable_since: dict[str, float] = {}  # site -> since when its status calls fail
         # a site's MIG manager: in this process, or (under `fedctl up`) a proxy to its own actor
         self.mig = mig if mig is not None else {
             s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
@@ -333,10 +340,14 @@ class Controller:
                     self.sites[row.site].stop(row.dispatch_id)
                 except SiteUnavailable:
                     pass  # the site's Ray cluster may have lost the job with the node
-            self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None,
-                              attempt=row.attempt + 1, reason="NodeLost",
-                              message=f"NodeLost: requeued, node(s) {', '.join(lost)} of {row.site} went away (spot interruption?)")
-            self.log(f"{row.site}: job {row.id} lost node(s) {lost}; requeued")
+            self._requeue(row, "NodeLost", f"node(s) {', '.join(lost)} of {row.site} went away (spot interruption?)")
+
+    def _requeue(self, row: JobRow, reason: str | None, why: str) -> None:
+        """Queue a job again, whole, under a new attempt (and so a new dispatch id at its next site)."""
+        self.site_status.pop(row.id, None)
+        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, attempt=row.attempt + 1,
+                          reason=reason, message=f"{reason + ': ' if reason else ''}requeued, {why}")
+        self.log(f"{row.site}: job {row.id} requeued: {why}")
 
     def _month(self, now: float) -> str:
         return self._local(now).strftime("%Y-%m")
@@ -403,10 +414,25 @@ class Controller:
                                     {n.name: n.gpu_model for n in self.nodes if n.site == row.site})
         try:
             for name in referenced(row.runtime_env):
-                site.ensure_package(name, lambda n=name: self.store.package(n))
+                if not site.has_package(name):
+                    data = self.store.package(name)
+                    if data is None:
+                        self.store.update(job_id, status="FAILED", ended_s=self.clock(),
+                                          message=f"runtime_env: package {PROTOCOL}://{name} is gone from the federation; submit the job again")
+                        return
+                    site.put_package(name, data)
             site.submit(row.dispatch_id, row.entrypoint, row.runtime_env, allocation)
         except SiteUnavailable as e:
             self.store.update(job_id, message=f"dispatch pending: {e}")
+            return
+        except SiteRejected as e:
+            self.store.update(job_id, status="FAILED", ended_s=self.clock(), message=str(e))
+            self.log(f"{row.site}: job {job_id} failed at dispatch: {e}")
+            return
+        except Exception as e:  # a fault in one job's dispatch must not stop every other job's: seen, counted, retried
+            self.health.failed(self.clock(), "dispatch", f"job {job_id} at {row.site}: {type(e).__name__}: {e}")
+            self.log(f"{row.site}: dispatching job {job_id} failed; the next cycle tries again: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+            self.store.update(job_id, message=f"dispatch pending: {type(e).__name__}: {e}")
             return
         if self.store.get(job_id).status == "STOPPED":  # the user stopped it while it was being dispatched
             try:
@@ -431,15 +457,20 @@ class Controller:
                     site.stop(row.dispatch_id)
                 except SiteUnavailable:
                     continue
-                self.site_status.pop(row.id, None)
-                self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None,
-                                  attempt=row.attempt + 1, message="requeued after preemption")
+                self._requeue(row, None, "after preemption")
                 continue
             try:
                 status = site.status(row.dispatch_id)
             except SiteUnavailable:
+                self.unreachable_since.setdefault(row.site, now)
+                if now - self.unreachable_since[row.site] >= self.SITE_LOST_S:
+                    self._requeue(row, "SiteLost", f"its site {row.site} has not answered for {now - self.unreachable_since[row.site]:.0f} s")
                 continue
-            if status is not None and status not in TERMINAL:
+            self.unreachable_since.pop(row.site, None)
+            if status is None:  # the site never had it, or lost it (its cluster restarted): a ghost unless requeued
+                self._requeue(row, "SiteLostJob", f"its site {row.site} no longer knows its Ray job {row.dispatch_id}")
+                continue
+            if status not in TERMINAL:
                 self.site_status[row.id] = status
             else:
                 self.site_status.pop(row.id, None)
@@ -502,6 +533,7 @@ class Controller:
                 usage[spec.queue] = usage.get(spec.queue, 0.0) + spec.per_task.gpu * len(r.placements or [])
         return {
             "federation": self.fed.name,
+            "health": self.health.to_dict(self.clock()),
             "sites": [{"name": s.name, "kind": s.kind, "connected": s.name in self.sites} for s in self.fed.sites],
             "nodes": [{"name": n.name, "site": n.site, "gpus": n.gpus, "gpu_model": n.gpu_model} for n in self.nodes],
             "queues": [{"name": q.name, "parent": q.parent, "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),

@@ -1,20 +1,37 @@
-"""The local Ray cluster `fedctl up`, the demo and the local provider run: loopback only, logical
-GPUs, one Ray node per configured node, each carrying the resource that names it."""
+"""The local Ray cluster `fedctl up`, the demo and the tests run: logical GPUs, one Ray node per
+configured node, each carrying the resource that names it.
+
+Other people's Ray clusters may share this host, so this module touches only what it started:
+every cluster gets a temp dir of its own (derived from the federation's state file, so a
+restarted `fedctl up` finds the cluster its predecessor left), every `ray start` runs in a
+process group of its own, every fixed-default port is picked free, and `stop()` ends exactly the
+processes of that temp dir, their groups and their children. `ray stop` (which ends every Ray
+process on the host) is never called.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import psutil
+import requests
 
 from federation.errors import FederationError
 from federation.model import Node
 from federation.runtime.pinning import node_resource
+
+RECORD = "federation-cluster.json"  # in the cluster's temp dir: what a restarted `fedctl up` adopts
 
 
 def ray_cli() -> str:
@@ -27,33 +44,140 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_local_ray(nodes: Sequence[Node], head_cpus: int = 2) -> tuple[str, str, dict]:
-    """A local Ray cluster on loopback with logical GPUs: a head without GPUs (job drivers and the
-    dashboard live there) and one Ray node per configured node, carrying the resource that names
-    it, so gangs are pinned to real nodes. Token auth is turned off explicitly (loopback only).
-    Returns (dashboard URL, GCS address, the environment to run `ray` in)."""
-    ray = ray_cli()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)  # it would override --address
+def temp_dir_for(key: str) -> str:
+    """A short temp dir per key (Ray's socket paths under it must stay within 107 bytes)."""
+    return f"/tmp/ray-fed-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+@dataclass
+class LocalCluster:
+    """A local Ray cluster this process (or a predecessor with the same state file) started."""
+
+    temp_dir: str
+    gcs: str  # host:port
+    dashboard: str  # URL
+    nodes: list[str]  # the names of the configured nodes it was started with
+
+    @property
+    def env(self) -> dict:
+        """The environment to run `ray` (or a Ray driver) against this cluster in."""
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+        env.pop("RAY_ADDRESS", None)  # it would override --address
+        return env
+
+    def alive(self) -> bool:
+        try:
+            return requests.get(f"{self.dashboard}/api/version", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of this cluster: those whose command line names its temp dir, the rest of
+        their process groups (never this process's own group), and all their children (job drivers)."""
+        mine = os.getpgid(0)
+        roots, groups = [], set()
+        for p in psutil.process_iter(["cmdline"]):
+            if any(self._names(arg) for arg in p.info["cmdline"] or ()):
+                roots.append(p)
+                try:
+                    groups.add(os.getpgid(p.pid))
+                except ProcessLookupError:
+                    pass
+        groups.discard(mine)
+        found = {p.pid: p for p in roots}
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) in groups:
+                    found[p.pid] = p
+            except (ProcessLookupError, psutil.Error):
+                pass
+        for p in list(found.values()):
+            try:
+                found.update((c.pid, c) for c in p.children(recursive=True))
+            except psutil.Error:
+                pass
+        found.pop(os.getpid(), None)
+        return list(found.values())
+
+    def _names(self, arg: str) -> bool:
+        """Whether a command-line argument names this cluster's temp dir (`X`, `X/...`, `--flag=X...`)."""
+        value = arg.partition("=")[2] if arg.startswith("-") else arg
+        return value == self.temp_dir or value.startswith(self.temp_dir + "/")
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """End this cluster's processes (SIGTERM, then SIGKILL after `grace_s`), nothing else."""
+        procs = self.processes()
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                pass
+        _, left = psutil.wait_procs(procs, timeout=grace_s)
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(left, timeout=grace_s)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def save(self) -> None:
+        path = Path(self.temp_dir) / RECORD
+        path.write_text(json.dumps(asdict(self)), encoding="utf-8")
+        path.chmod(0o600)
+
+    @classmethod
+    def load(cls, temp_dir: str) -> LocalCluster | None:
+        try:
+            return cls(**json.loads((Path(temp_dir) / RECORD).read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+def start_local_ray(nodes: Sequence[Node], head_cpus: int = 2, key: str | None = None, log=lambda _: None) -> LocalCluster:
+    """A local Ray cluster with logical GPUs: a head without GPUs (job drivers and the dashboard
+    live there) and one Ray node per configured node, carrying the resource that names it, so
+    gangs are pinned to real nodes. `key` (the state file) names its temp dir: a live cluster
+    left there with the same nodes (by a `fedctl up` that was killed) is adopted, with the jobs
+    it still runs; anything else left there is stopped first. Without a key, a fresh temp dir."""
+    names = [n.name for n in nodes]
+    temp = temp_dir_for(key or f"{os.getpid()}-{time.time_ns()}")
+    old = LocalCluster.load(temp)
+    if old is not None and old.nodes == names and old.alive():
+        log(f"adopted the federation's Ray cluster at {old.dashboard}, left running by an earlier run")
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        return old
+    if Path(temp).exists():
+        LocalCluster(temp, "", "", []).stop()  # what an earlier run left behind, and nothing else
+    Path(temp).mkdir(mode=0o700, parents=True)
     dash, gcs = free_port(), free_port()
+    cluster = LocalCluster(temp, f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}", names)
     common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
-    _ray_start(ray, env, ["--head", "--num-gpus", "0", "--num-cpus", str(head_cpus), "--dashboard-host", "127.0.0.1",
-                          "--dashboard-port", str(dash), "--port", str(gcs), *common])
-    for n in nodes:
-        _ray_start(ray, env, ray_worker_args(f"127.0.0.1:{gcs}", n.name, n.gpus, n.cpu_milli) + common)
+    try:
+        _ray_start(cluster.env, ["--head", "--num-gpus", "0", "--num-cpus", str(head_cpus), "--dashboard-host", "127.0.0.1",
+                                 "--dashboard-port", str(dash), "--port", str(gcs), "--temp-dir", temp,
+                                 "--dashboard-agent-listen-port", str(free_port()), "--ray-client-server-port", str(free_port()), *common])
+        for n in nodes:
+            _ray_start(cluster.env, ray_worker_args(cluster, n.name, n.gpus, n.cpu_milli) + common)
+    except BaseException:
+        cluster.stop()
+        raise
+    cluster.save()
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    return f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}", env
+    return cluster
 
 
-def ray_worker_args(gcs: str, name: str, gpus: int, cpu_milli: int) -> list[str]:
-    """`ray start` arguments for one more node of a local cluster, named for pinning. Its
-    dashboard agent gets a port of its own: on one machine the default one is the head's, and an
-    agent without one cannot serve the logs of jobs whose driver runs on its node."""
-    return ["--address", gcs, "--num-gpus", str(gpus), "--num-cpus", str(max(1, cpu_milli // 1000)),
+def ray_worker_args(cluster: LocalCluster, name: str, gpus: int, cpu_milli: int) -> list[str]:
+    """`ray start` arguments for one more node of a local cluster, named for pinning, in the
+    cluster's temp dir (which is how it is found to be stopped). Its dashboard agent gets a port
+    of its own: on one machine the default one is the head's, and an agent without one cannot
+    serve the logs of jobs whose driver runs on its node."""
+    return ["--address", cluster.gcs, "--temp-dir", cluster.temp_dir, "--num-gpus", str(gpus), "--num-cpus", str(max(1, cpu_milli // 1000)),
             "--resources", json.dumps({node_resource(name): 1}), "--dashboard-agent-listen-port", str(free_port())]
 
 
-def _ray_start(ray: str, env: dict, args: list[str]) -> None:
-    r = subprocess.run([ray, "start", *args], env=env, capture_output=True, text=True, timeout=180)
+def _ray_start(env: dict, args: list[str]) -> None:
+    # a process group of its own: what it starts is told apart from its caller's group when stopped
+    r = subprocess.run([ray_cli(), "start", *args], env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
     if r.returncode != 0:
         raise FederationError(f"could not start a local Ray node: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")

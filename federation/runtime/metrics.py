@@ -36,5 +36,13 @@ class FederationCollector:
             in_flight.add_metric([site], n)
         spend = GaugeMetricFamily("federation_cloud_spend_usd_month", "Cloud spend metered this month (federation time zone)")
         spend.add_metric([], doc["cloud"]["month_spend_usd"])
-        yield from (usage, borrowed, pending, admissions, preemptions, nodes, in_flight, spend)
+        health = doc["health"]
+        last = GaugeMetricFamily("federation_last_cycle_timestamp_seconds", "When the last scheduling cycle succeeded (Unix time; 0: none yet)")
+        last.add_metric([], health["last_cycle_s"] or 0.0)
+        stalled = GaugeMetricFamily("federation_cycle_stalled", "1 while no scheduling cycle has succeeded for ten cycles (at least 30 s)")
+        stalled.add_metric([], 1.0 if health["stalled"] else 0.0)
+        errors = CounterMetricFamily("federation_errors", "Faults in the controller since it started, by where (cycle, dispatch)", labels=["where"])
+        for where in ("cycle", "dispatch"):
+            errors.add_metric([where], health["errors"].get(where, 0))
+        yield from (usage, borrowed, pending, admissions, preemptions, nodes, in_flight, spend, last, stalled, errors)
         yield from ctl.cycle_seconds.collect()

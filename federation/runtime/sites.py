@@ -7,7 +7,7 @@ controller records and retries next cycle.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
 
 import requests
 
@@ -20,7 +20,11 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 class SiteUnavailable(FederationError):
-    pass
+    """The site cannot be reached now (or answered 5xx): the next cycle tries again."""
+
+
+class SiteRejected(FederationError):
+    """The site's Ray cluster refused the job for good (a 4xx): trying again would not help."""
 
 
 class RaySite:
@@ -52,6 +56,8 @@ class RaySite:
         except RuntimeError as e:
             if "already exists" in str(e):
                 return  # dispatched before a restart: idempotent by dispatch id
+            if re.search(r"status code 4\d\d", str(e)):
+                raise SiteRejected(f"site {self.name} refused the job: {str(e)[-500:]}") from None
             raise SiteUnavailable(f"site {self.name}: submit failed: {e}") from None
         except ConnectionError as e:
             raise SiteUnavailable(f"site {self.name}: {e}") from None
@@ -61,17 +67,18 @@ class RaySite:
         self._submit(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=runtime_env, entrypoint_num_cpus=0,
                      entrypoint_resources={node_resource(node): 0.001}, metadata={"federation-task": "mig"})
 
-    def ensure_package(self, name: str, data: Callable[[], bytes | None]) -> None:
-        """Hand an uploaded runtime_env package to the site's cluster unless it has it already
-        (Ray's own REST paths, as its job client uses them)."""
-        url = f"{self.address}/api/packages/{PROTOCOL}/{name}"
+    def has_package(self, name: str) -> bool:
+        """Whether the site's cluster holds an uploaded runtime_env package (Ray's own REST path)."""
         try:
-            if requests.get(url, timeout=30).status_code == 200:
-                return
-            body = data()
-            if body is None:
-                raise SiteUnavailable(f"site {self.name}: package {name} is not in the federation's store")
-            r = requests.put(url, data=body, timeout=300)
+            return requests.get(f"{self.address}/api/packages/{PROTOCOL}/{name}", timeout=30).status_code == 200
+        except requests.RequestException as e:
+            raise SiteUnavailable(f"site {self.name}: cannot ask it for package {name}: {e}") from None
+
+    def put_package(self, name: str, data: bytes) -> None:
+        """Hand an uploaded runtime_env package to the site's cluster, as Ray's job client does.
+        Plain bytes in: this call crosses an actor boundary, so it takes nothing unpicklable."""
+        try:
+            r = requests.put(f"{self.address}/api/packages/{PROTOCOL}/{name}", data=data, timeout=300)
         except requests.RequestException as e:
             raise SiteUnavailable(f"site {self.name}: cannot hand it package {name}: {e}") from None
         if r.status_code != 200:

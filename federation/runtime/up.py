@@ -4,7 +4,6 @@ controller's actors on it, and the API they serve."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,20 +14,30 @@ from federation.errors import FederationError
 from federation.model import Federation
 from federation.runtime.actors import log_path, site_parts, start_actors
 from federation.runtime.api import load_tokens
-from federation.runtime.localray import ray_cli, start_local_ray
+from federation.runtime.localray import LocalCluster, start_local_ray
 from federation.runtime.sites import config_nodes
+
+CLUSTER_CHECK_S = 5.0  # how often `fedctl up` checks that its Ray cluster is still there
 
 
 @dataclass
 class Up:
     url: str
-    dashboard: str  # the local Ray cluster's
-    env: dict  # to run `ray` against it
+    cluster: LocalCluster  # the local Ray cluster the controller runs on
     providers: list = field(repr=False)  # the site actors that host a provider
     actors: list = field(repr=False)
 
+    @property
+    def dashboard(self) -> str:
+        return self.cluster.dashboard
+
+    @property
+    def env(self) -> dict:  # to run `ray` against the local cluster
+        return self.cluster.env
+
     def close(self) -> None:
-        """Stop the actors (providers first: local burst workers go with them) and the local Ray cluster."""
+        """Stop the actors (providers first: local burst workers go with them) and the local Ray
+        cluster: its processes alone, never another Ray cluster on this host."""
         for a in self.providers:
             try:
                 ray.get(a.call.remote("provider", "close"), timeout=120)
@@ -37,7 +46,7 @@ class Up:
         for a in self.actors:
             ray.kill(a, no_restart=True)
         ray.shutdown()
-        subprocess.run([ray_cli(), "stop"], env=self.env, capture_output=True, timeout=120)
+        self.cluster.stop()
 
 
 def start(fed: Federation, state: Path, cycle_s: float, listen: str, tokens: dict[str, str] | None, log) -> Up:
@@ -48,23 +57,26 @@ def start(fed: Federation, state: Path, cycle_s: float, listen: str, tokens: dic
     local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
     # the controller runs on this cluster even when every site is a remote one (then it is a head only)
     fixed = config_nodes(fed, [s.name for s in local])
-    dashboard, gcs, env = start_local_ray(fixed)
+    # named after the state file: a `fedctl up` that was killed left its cluster (and the jobs on
+    # it) running, and the next one with the same state adopts it instead of starting a second
+    cluster = start_local_ray(fixed, key=str(state.resolve()), log=log)
+    dashboard, gcs = cluster.dashboard, cluster.gcs
     if local:
-        log(f"started a local Ray cluster at {dashboard}: {len(fixed)} node(s), {sum(n.gpus for n in fixed)} logical GPUs, "
+        log(f"local Ray cluster at {dashboard}: {len(fixed)} node(s), {sum(n.gpus for n in fixed)} logical GPUs, "
             f"for {', '.join(s.name for s in local)}")
     try:
         # the actors' log is a file `run_up` follows (see actors._log), not their forwarded prints
         ray.init(address=gcs, namespace=f"federation-{fed.name}", logging_level="WARNING", log_to_driver=False)
         address = {s.name: dashboard for s in local} | {s.name: s.ray_address for s in fed.sites if s.ray_address}
         # a local burst site's "cloud nodes" are Ray workers started on this machine on demand
-        workers = {s.name: (s.name, gcs, dashboard, getattr(s.provider, "start_delay_s", 0.0), env) for s in local if s.is_cloud}
+        workers = {s.name: (s.name, cluster, getattr(s.provider, "start_delay_s", 0.0)) for s in local if s.is_cloud}
         parts = site_parts(fed, state, address, workers)
         url, sites, others = start_actors(fed, state, parts, host or "127.0.0.1", int(port), cycle_s, tokens)
     except BaseException:
         ray.shutdown()
-        subprocess.run([ray_cli(), "stop"], env=env, capture_output=True, timeout=120)
+        cluster.stop()
         raise
-    return Up(url, dashboard, env, [a for n, a in sites.items() if "provider" in parts[n]], [*sites.values(), *others])
+    return Up(url, cluster, [a for n, a in sites.items() if "provider" in parts[n]], [*sites.values(), *others])
 
 
 def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
@@ -79,10 +91,16 @@ def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
     try:
         with open(log_path(state.resolve()), "a+", encoding="utf-8") as f:
             f.seek(0, 2)  # from now on: what an earlier run logged is in the file
+            checked = time.monotonic()
             while True:
                 for line in f.readlines():
                     log(line.rstrip("\n"))
                 time.sleep(0.5)
+                if time.monotonic() - checked >= CLUSTER_CHECK_S:
+                    checked = time.monotonic()
+                    if not up.cluster.alive():
+                        raise FederationError(f"the federation's Ray cluster at {up.dashboard} stopped answering; the controller "
+                                              "ran on it. Start fedctl up again (it starts a new cluster; the journal keeps every job)")
     except KeyboardInterrupt:
         log("stopping")
     finally:

@@ -1,0 +1,166 @@
+"""The live controller under faults, in-process: a site that forgets jobs, refuses them, breaks
+on one, or stops answering; a cycle that raises. Nothing is lost, nothing becomes a ghost, and a
+fault in one place never stops the rest. (The same paths through `fedctl up` and its actors are
+in test_up_faults.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from federation.config import parse
+from federation.runtime.controller import Controller
+from federation.runtime.sites import RaySite, SiteRejected, SiteUnavailable
+from federation.store import Store
+
+CONFIG = """
+federation: {name: faults, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}
+queues:
+  - {name: research, deserved: {gpu: 16}}
+"""
+
+
+class FakeSite(RaySite):
+    """A site's Ray cluster as its job client sees it: jobs by dispatch id, and faults on demand."""
+
+    def __init__(self):
+        super().__init__("idc", "http://127.0.0.1:9")
+        self.jobs: dict[str, str] = {}
+        self.fail_submit: dict[str, Exception] = {}  # federation job id -> what its submit raises
+        self.down = False
+
+    def has_package(self, name):
+        return True
+
+    def submit(self, dispatch_id, entrypoint, runtime_env, allocation):
+        if self.down:
+            raise SiteUnavailable("site idc: connection refused")
+        if allocation["job"] in self.fail_submit:
+            raise self.fail_submit[allocation["job"]]
+        self.jobs.setdefault(dispatch_id, "RUNNING")
+
+    def status(self, dispatch_id):
+        if self.down:
+            raise SiteUnavailable("site idc: connection refused")
+        return self.jobs.get(dispatch_id)
+
+    def stop(self, dispatch_id):
+        if dispatch_id in self.jobs:
+            self.jobs[dispatch_id] = "STOPPED"
+
+
+@pytest.fixture
+def env(tmp_path):
+    clock = [1000.0]
+    site = FakeSite()
+    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": site}, clock=lambda: clock[0])
+    return c, site, clock
+
+
+def submit(c, job_id, gpus=4):
+    c.submit({"entrypoint": "python x.py", "submission_id": job_id, "metadata": {"queue": "research", "gpus_per_task": str(gpus)}})
+
+
+def test_a_running_job_its_site_no_longer_knows_is_requeued_whole_not_left_a_ghost(env):
+    c, site, clock = env
+    submit(c, "a")
+    c.tick()
+    assert c.store.get("a").status == "RUNNING" and site.jobs == {"a-0": "RUNNING"}
+    site.jobs.clear()  # the site's cluster was replaced (restarted, or a new one after a crash)
+    clock[0] += 1
+    c.tick()  # the next cycle asks the site, requeues the job, and (capacity being free) admits it again
+    row = c.store.get("a")
+    assert row.attempt == 1 and row.status == "RUNNING" and site.jobs == {"a-1": "RUNNING"}
+
+
+def test_a_site_silent_past_the_lost_timeout_has_its_jobs_queued_again(env):
+    c, site, clock = env
+    submit(c, "a")
+    c.tick()
+    site.down = True
+    clock[0] += 1
+    c.tick()
+    assert c.store.get("a").status == "RUNNING"  # a passing outage is not a loss
+    clock[0] += Controller.SITE_LOST_S
+    c.tick()
+    row = c.store.get("a")
+    assert row.status in ("PENDING", "ADMITTED") and row.attempt == 1 and row.reason in ("SiteLost", None)
+
+
+def test_a_job_the_site_refuses_fails_with_the_sites_words_instead_of_waiting_forever(env):
+    c, site, _ = env
+    submit(c, "bad")
+    site.fail_submit["bad"] = SiteRejected("site idc refused the job: Request failed with status code 400: entrypoint too long")
+    c.tick()
+    row = c.store.get("bad")
+    assert row.status == "FAILED" and "status code 400" in row.message
+
+
+def test_a_fault_in_one_jobs_dispatch_leaves_the_others_dispatched_and_is_counted(env):
+    c, site, clock = env
+    submit(c, "broken")
+    submit(c, "fine")
+    site.fail_submit["broken"] = TypeError("cannot pickle '_thread.lock' object")  # the bug a working_dir job once hit
+    c.tick()
+    assert c.store.get("fine").status == "RUNNING"
+    broken = c.store.get("broken")
+    assert broken.status == "ADMITTED" and "TypeError" in broken.message
+    assert c.health.errors["dispatch"] == 1 and "broken" in c.health.last_error
+    del site.fail_submit["broken"]
+    clock[0] += 1
+    c.tick()  # retried
+    assert c.store.get("broken").status == "RUNNING"
+
+
+def test_the_cycle_loop_outlives_a_failing_cycle_and_reports_it_stalled_then_recovered(env):
+    """Before, any exception other than a FederationError ended the loop for good, silently."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from federation.runtime.api import make_app, serve
+
+    c, site, clock = env
+    real = c.tick
+    failures = [3]
+
+    def tick():
+        if failures[0]:
+            failures[0] -= 1
+            raise TypeError("boom")
+        real()
+
+    c.tick = tick
+
+    async def go():
+        runner = await serve(c, "127.0.0.1", 0, cycle_s=0.01)
+        try:
+            for _ in range(400):
+                await asyncio.sleep(0.02)
+                if c.health.last_ok_s is not None:
+                    break
+            async with TestClient(TestServer(make_app(c, None))) as client:
+                doc = await (await client.get("/api/federation/status")).json()
+                metrics = await (await client.get("/metrics")).text()
+            return doc, metrics
+        finally:
+            await runner.cleanup()
+
+    doc, metrics = asyncio.run(go())
+    assert c.health.errors["cycle"] == 3 and "TypeError: boom" in c.health.last_error
+    assert doc["health"]["last_cycle_s"] == clock[0] and doc["health"]["stalled"] is False
+    assert 'federation_errors_total{where="cycle"} 3.0' in metrics
+    assert f"federation_last_cycle_timestamp_seconds {clock[0]}" in metrics
+    assert "federation_cycle_stalled 0.0" in metrics
+
+
+def test_a_cycle_that_has_not_succeeded_for_its_stall_bound_is_reported_stalled(env):
+    c, _, clock = env
+    c.health.failed(clock[0], "cycle", "TypeError: boom")
+    clock[0] += c.health.stall_after_s + 1
+    assert c.status()["health"]["stalled"] is True
