@@ -35,6 +35,23 @@ def out() -> Console:
         c.width = max(c.width, 160)
     return c
 
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="FEDERATION_TOKEN",
+                                             help="A token from api.tokens_file, when the federation has one (or FEDERATION_TOKEN).")]
+
+
+def api_get(address: str, path: str, token: str | None):
+    """GET from the federation's API; a clear error when nobody answers or the token is refused."""
+    import requests
+
+    try:
+        r = requests.get(f"{address}{path}", headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10)
+    except requests.RequestException as e:
+        raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
+    if r.status_code in (401, 403):
+        raise FederationError(f"--token: the federation at {address} said {r.status_code}: {r.text}")
+    return r
+
+
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Federation config (default: the embedded configs/local.yaml).")]
 
 
@@ -199,15 +216,15 @@ def provider_check(
 
 
 @app.command()
-def status(address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266") -> None:
+def status(address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266",
+           token: TokenOpt = None) -> None:
     """Queues, nodes and pending jobs with their reasons, for a person."""
-    import requests
     from rich.table import Table
 
     try:
-        doc = requests.get(f"{address}/api/federation/status", timeout=10).json()
-    except (requests.RequestException, ValueError) as e:
-        raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
+        doc = api_get(address, "/api/federation/status", token).json()
+    except ValueError as e:
+        raise FederationError(f"--address: what answers at {address} is not a federation ({e})") from None
     con = out()
     health = doc.get("health") or {}
     if health.get("stalled"):
@@ -248,14 +265,12 @@ def pending_table(pending: list[dict]):
 def explain(
     job: Annotated[str, typer.Argument(help="The job's submission id.")],
     address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266",
+    token: TokenOpt = None,
 ) -> None:
     """Why a job is where it is: its status, pending reason, site and placements."""
-    import requests
+    from urllib.parse import quote
 
-    try:
-        r = requests.get(f"{address}/api/federation/jobs/{job}/explain", timeout=10)
-    except requests.RequestException as e:
-        raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
+    r = api_get(address, f"/api/federation/jobs/{quote(job, safe='')}/explain", token)
     if r.status_code == 404:
         raise FederationError(f"job {job!r} is not known to the federation at {address}")
     doc = r.json()

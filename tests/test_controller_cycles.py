@@ -111,7 +111,7 @@ def test_stopping_a_job_at_an_unreachable_site_is_a_503_that_says_so(ctl):
             return r.status, await r.text()
 
     status, text = asyncio.run(go())
-    assert status == 503 and "cannot reach its Ray cluster" in text and "not stopped" in text
+    assert status == 503 and "cannot reach its Ray cluster" in text and "nothing was changed" in text
     assert c.store.get("a").status == "ADMITTED"  # nothing changed: it is stopped once the site answers
 
 

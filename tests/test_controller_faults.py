@@ -51,6 +51,9 @@ class FakeSite(RaySite):
             raise SiteUnavailable("site idc: connection refused")
         return self.jobs.get(dispatch_id)
 
+    def logs(self, dispatch_id):
+        return f"the log of {dispatch_id}\n"
+
     def stop(self, dispatch_id):
         if dispatch_id in self.jobs:
             self.jobs[dispatch_id] = "STOPPED"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from federation.config import parse
+from federation.runtime.access import load_tokens
 from federation.runtime.api import Serving
 from federation.runtime.controller import Controller
 from federation.runtime.localray import free_port, ray_cli, start_local_ray
@@ -211,14 +212,37 @@ def test_a_restarted_controller_loses_nothing_and_dispatches_nothing_twice(ray_s
 def test_a_wrong_token_gets_401_or_403(ray_site, tmp_path):
     import requests
 
-    lv = Live(ray_site, tmp_path, tokens={"secret-train": "train"})
+    (tmp_path / "tokens.yaml").write_text("train: secret-train\n")
+    lv = Live(ray_site, tmp_path, tokens=load_tokens(str(tmp_path / "tokens.yaml")))
     try:
         body = {"entrypoint": "true", "metadata": {"queue": "train"}}
         assert requests.post(f"{lv.url}/api/jobs/", json=body, timeout=30).status_code == 401
-        assert requests.post(f"{lv.url}/api/jobs/", json=body, headers={"Authorization": "Bearer wrong"}, timeout=30).status_code == 403
+        assert requests.post(f"{lv.url}/api/jobs/", json=body, headers={"Authorization": "Bearer wrong"}, timeout=30).status_code == 401
         other = {"entrypoint": "true", "metadata": {"queue": "batch"}}
         assert requests.post(f"{lv.url}/api/jobs/", json=other, headers={"Authorization": "Bearer secret-train"}, timeout=30).status_code == 403
         assert requests.post(f"{lv.url}/api/jobs/", json=body, headers={"Authorization": "Bearer secret-train"}, timeout=30).status_code == 200
+    finally:
+        lv.close()
+
+
+def test_the_stock_cli_passes_a_queue_token_with_headers_and_reads_only_what_it_may(ray_site, tmp_path):
+    (tmp_path / "tokens.yaml").write_text("train: secret-train\nbatch: secret-batch\n")
+    lv = Live(ray_site, tmp_path, tokens=load_tokens(str(tmp_path / "tokens.yaml")))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+
+    def cli(command, *args, token="secret-train"):
+        return subprocess.run([RAY, "job", command, "--address", lv.url, "--headers", json.dumps({"Authorization": f"Bearer {token}"}), *args],
+                              env=env, capture_output=True, text=True, timeout=180)
+
+    try:
+        r = cli("submit", "--submission-id", "tok-1", "--metadata-json", json.dumps({"queue": "train"}), "--", "python", "-c", "print('with a token')")
+        assert r.returncode == 0 and "with a token" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+        logs = cli("logs", "tok-1")
+        assert "with a token" in logs.stdout, logs.stdout + logs.stderr
+        theirs = cli("logs", "tok-1", token="secret-batch")
+        assert theirs.returncode != 0 and "with a token" not in theirs.stdout + theirs.stderr  # the stock CLI words the 403 itself
+        assert cli("stop", "tok-1", token="secret-batch").returncode != 0
     finally:
         lv.close()
 

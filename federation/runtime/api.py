@@ -13,13 +13,12 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future
-from pathlib import Path
 
-import yaml
 from aiohttp import WSMsgType, web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from federation.errors import BadSubmission, FederationError
+from federation.runtime.access import Access, Grant
 from federation.runtime.controller import Controller
 from federation.runtime.metrics import FederationCollector
 from federation.runtime.packages import MAX_BYTES, package_name
@@ -30,41 +29,40 @@ WAKE = web.AppKey("wake", asyncio.Event)  # set by a submission to run the next 
 RAY_API_VERSION = "4"  # ray.dashboard.modules.version.CURRENT_VERSION for Ray 2.60
 
 
-def load_tokens(path: str | None) -> dict[str, str] | None:
-    """token -> queue, from a YAML file of `queue: token` (None: no auth)."""
-    if path is None:
-        return None
-    p = Path(path).expanduser()
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise BadSubmission(f"api.tokens_file: cannot read {p}: {e}", status=500) from None
-    if not isinstance(doc, dict):
-        raise BadSubmission(f"api.tokens_file: {p} must map queue names to tokens", status=500)
-    return {str(tok): str(queue) for queue, tok in doc.items()}
+def make_app(ctl: Controller, tokens: dict[str, Grant] | None = None) -> web.Application:
+    access = Access(tokens)
 
+    @web.middleware
+    async def errors(req: web.Request, handler):
+        """A BadSubmission is the client's to fix (its status and message); anything else is ours:
+        logged with its traceback, and answered in one line."""
+        try:
+            return await handler(req)
+        except BadSubmission as e:
+            return web.Response(status=e.status, text=str(e))
+        except SiteUnavailable as e:  # the site of the job cannot be asked now: nothing changed
+            return web.Response(status=503, text=f"{e}; nothing was changed there, try again")
+        except web.HTTPException:
+            raise
+        except Exception as e:
+            ctl.log(f"API {req.method} {req.path} failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+            return web.Response(status=500, text=f"internal error ({type(e).__name__}); the federation's log has the details")
 
-def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Application:
-    app = web.Application(client_max_size=MAX_BYTES)
+    app = web.Application(client_max_size=MAX_BYTES, middlewares=[errors])
     routes = web.RouteTableDef()
 
-    def authorized(req: web.Request) -> str | None:
-        """The queue the bearer token belongs to; None when auth is off. 401/403 otherwise."""
-        if tokens is None:
-            return None
-        auth = req.headers.get("Authorization", "")
-        if not auth.startswith("Bearer "):
-            raise web.HTTPUnauthorized(text="Authorization: Bearer <queue token> is required (ray job submit --headers)")
-        queue = tokens.get(auth.removeprefix("Bearer ").strip())
-        if queue is None:
-            raise web.HTTPForbidden(text="this token is not known to the federation")
-        return queue
-
-    def job_or_404(req: web.Request):
+    def job_or_404(req: web.Request, scope: str):
+        """The job the path names, if the caller may `scope` it (404 before 403 would tell a
+        stranger which ids exist, so the token is checked first)."""
+        access.who(req.headers.get("Authorization"))
         row = ctl.store.get(req.match_info["job_id"])
         if row is None:
             raise web.HTTPNotFound(text=f"Job {req.match_info['job_id']} does not exist")
+        access.require(req.headers.get("Authorization"), row.request.get("queue"), scope)
         return row
+
+    def run(fn, *args):
+        return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     @routes.get("/api/version")
     async def version(_: web.Request) -> web.Response:
@@ -74,67 +72,54 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
 
     @routes.post("/api/jobs/")
     async def submit(req: web.Request) -> web.Response:
-        try:
-            body = await req.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.Response(status=400, text="the request body is not JSON")
-        queue = authorized(req)
-        wanted = ((body.get("metadata") or {}) if isinstance(body, dict) else {}).get("queue")
-        if tokens is not None and queue != wanted:
-            return web.Response(status=403, text=f"this token may not submit to queue {wanted!r}")
-        try:
-            row = await asyncio.get_running_loop().run_in_executor(None, ctl.submit, body)
-        except BadSubmission as e:
-            return web.Response(status=e.status, text=str(e))
+        access.who(req.headers.get("Authorization"))  # who first: a stranger learns nothing from the body's errors
+        body = await read_json(req)
+        wanted = body.get("metadata", {}).get("queue") if isinstance(body, dict) and isinstance(body.get("metadata"), dict) else None
+        access.require(req.headers.get("Authorization"), str(wanted) if wanted is not None else None, "write")
+        row = await run(ctl.submit, body)
         if (wake := req.app.get(WAKE)) is not None:
             wake.set()  # a cycle soon, not a whole cycle_s later
         return web.json_response({"job_id": row.id, "submission_id": row.id})
 
     @routes.get("/api/packages/{protocol}/{name}")
     async def has_package(req: web.Request) -> web.Response:
-        try:
-            name = package_name(req.match_info["protocol"], req.match_info["name"])
-        except BadSubmission as e:
-            return web.Response(status=e.status, text=str(e))
+        access.require(req.headers.get("Authorization"), None, "write")
+        name = package_name(req.match_info["protocol"], req.match_info["name"])
         return web.Response() if ctl.store.has_package(name) else web.Response(status=404, text=f"Package {name} does not exist")
 
     @routes.put("/api/packages/{protocol}/{name}")
     async def put_package(req: web.Request) -> web.Response:
-        authorized(req)
-        try:
-            name = package_name(req.match_info["protocol"], req.match_info["name"])
-        except BadSubmission as e:
-            return web.Response(status=e.status, text=str(e))
+        access.require(req.headers.get("Authorization"), None, "write")
+        name = package_name(req.match_info["protocol"], req.match_info["name"])
         data = await req.read()
-        await asyncio.get_running_loop().run_in_executor(None, ctl.store.put_package, name, data, ctl.clock())
+        await run(ctl.store.put_package, name, data, ctl.clock())
         return web.Response()
 
     @routes.get("/api/jobs/")
-    async def list_jobs(_: web.Request) -> web.Response:
-        return web.json_response([ctl.job_details(r) for r in ctl.store.jobs()])
+    async def list_jobs(req: web.Request) -> web.Response:
+        grant = access.who(req.headers.get("Authorization"))
+        return web.json_response([ctl.job_details(r) for r in ctl.store.jobs() if access.readable(grant, r.request.get("queue"))])
 
     @routes.get("/api/jobs/{job_id}")
     async def get_job(req: web.Request) -> web.Response:
-        row = job_or_404(req)
-        await asyncio.get_running_loop().run_in_executor(None, ctl.refresh_site_status, row)
+        row = job_or_404(req, "read")
+        await run(ctl.refresh_site_status, row)
         return web.json_response(ctl.job_details(row))
 
     @routes.get("/api/jobs/{job_id}/logs")
     async def logs(req: web.Request) -> web.Response:
-        row = job_or_404(req)
-        text = await asyncio.get_running_loop().run_in_executor(None, ctl.logs, row)
-        return web.json_response({"logs": text})
+        row = job_or_404(req, "read")
+        return web.json_response({"logs": await run(ctl.logs, row)})
 
     @routes.get("/api/jobs/{job_id}/logs/tail")
     async def tail(req: web.Request) -> web.StreamResponse:
-        job_or_404(req)
+        job_or_404(req, "read")
         ws = web.WebSocketResponse()
         await ws.prepare(req)
         sent = 0
-        loop = asyncio.get_running_loop()
         while not ws.closed:
             row = ctl.store.get(req.match_info["job_id"])
-            text = await loop.run_in_executor(None, ctl.logs, row)
+            text = await run(ctl.logs, row)
             if len(text) > sent:
                 await ws.send_str(text[sent:])
                 sent = len(text)
@@ -151,32 +136,34 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
 
     @routes.post("/api/jobs/{job_id}/stop")
     async def stop(req: web.Request) -> web.Response:
-        job_or_404(req)
-        try:
-            stopped = await asyncio.get_running_loop().run_in_executor(None, ctl.stop, req.match_info["job_id"])
-        except SiteUnavailable as e:
-            return web.Response(status=503, text=f"{e}; the job was not stopped there, try again")
-        return web.json_response({"stopped": stopped})
+        job_or_404(req, "write")
+        return web.json_response({"stopped": await run(ctl.stop, req.match_info["job_id"])})
 
     @routes.delete("/api/jobs/{job_id}")
     async def delete(req: web.Request) -> web.Response:
-        row = job_or_404(req)
+        row = job_or_404(req, "write")
         if row.status not in TERMINAL:
             return web.Response(status=400, text=f"job {row.id} is {row.status}; stop it before deleting it")
         ctl.store.delete(row.id)
         return web.json_response({"deleted": True})
 
     @routes.get("/api/federation/status")
-    async def fed_status(_: web.Request) -> web.Response:
-        return web.json_response(ctl.status())
+    async def fed_status(req: web.Request) -> web.Response:
+        grant = access.who(req.headers.get("Authorization"))
+        doc = ctl.status()
+        if grant is not None and not grant.admin:  # the queues' totals are everyone's; the jobs only their queues'
+            doc["pending"] = [p for p in doc["pending"] if grant.allows(p["queue"], "read")]
+            doc["running"] = [r for r in doc["running"] if grant.allows(r.get("queue"), "read")]
+        return web.json_response(doc)
 
     @routes.get("/api/federation/jobs/{job_id}/explain")
     async def explain(req: web.Request) -> web.Response:
-        row = job_or_404(req)
+        row = job_or_404(req, "read")
         return web.json_response({"job": row.id, "status": row.status, "reason": row.reason, "message": row.message, "site": row.site, "placements": row.placements})
 
     @routes.get("/metrics")
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(req: web.Request) -> web.Response:
+        access.who(req.headers.get("Authorization"))  # any token (Prometheus: `authorization: {credentials: ...}`)
         reg = CollectorRegistry()
         reg.register(FederationCollector(ctl))
         return web.Response(body=generate_latest(reg), content_type="text/plain")
@@ -185,7 +172,22 @@ def make_app(ctl: Controller, tokens: dict[str, str] | None = None) -> web.Appli
     return app
 
 
-async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tokens: dict[str, str] | None = None) -> web.AppRunner:
+async def read_json(req: web.Request):
+    """The request's JSON body; a 400 naming what is wrong with it (not JSON, nested too deep, a
+    NaN or an infinity, which JSON does not have)."""
+    def constant(name: str):
+        raise BadSubmission(f"the request body has {name}, which is not JSON; send a finite number or a string")
+
+    text = await req.text()
+    try:
+        return json.loads(text, parse_constant=constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadSubmission(f"the request body is not JSON: {e}") from None
+    except RecursionError:
+        raise BadSubmission("the request body is nested too deeply") from None
+
+
+async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tokens: dict[str, Grant] | None = None) -> web.AppRunner:
     """Start the API and the cycle loop on the running event loop; returns the runner to clean up."""
     app = make_app(ctl, tokens)
     wake = app[WAKE] = asyncio.Event()
@@ -232,7 +234,7 @@ class Serving:
     """The API and the cycle loop on an event loop of their own, in a thread: how the queue
     controller actor, the demo and the tests run them beside their own work."""
 
-    def __init__(self, ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tokens: dict[str, str] | None = None):
+    def __init__(self, ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tokens: dict[str, Grant] | None = None):
         self.url = f"http://{host}:{port}"
         self.loop = asyncio.new_event_loop()
         started: Future = Future()

@@ -542,7 +542,7 @@ class Controller:
             "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
                       **({"forecast_prewarm_gpus": self.forecast.last_gpus, "forecast_error": self.forecast.error} if self.forecast.spec else {})},
             "pending": self._pending_by_queue(rows),
-            "running": [{"job": r.id, "site": r.site} for r in rows if r.status != "PENDING"],
+            "running": [{"job": r.id, "queue": r.request.get("queue"), "site": r.site} for r in rows if r.status != "PENDING"],
             "mig": {site: m.status() for site, m in self.mig.items()},
             "cloud": {"in_flight": [{"request": f.request_id, "site": f.site, "group": f.group, "count": f.count, "jobs": list(f.jobs)}
                                     for f in self.in_flight.values()],

@@ -12,8 +12,8 @@ import ray
 
 from federation.errors import FederationError
 from federation.model import Federation
+from federation.runtime.access import load_tokens, subtrees
 from federation.runtime.actors import log_path, site_parts, start_actors
-from federation.runtime.api import load_tokens
 from federation.runtime.localray import LocalCluster, start_local_ray
 from federation.runtime.sites import config_nodes
 
@@ -80,7 +80,7 @@ def start(fed: Federation, state: Path, cycle_s: float, listen: str, tokens: dic
 
 
 def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
-    up = start(fed, state, cycle_s, fed.api.listen, load_tokens(fed.api.tokens_file), log)
+    up = start(fed, state, cycle_s, fed.api.listen, load_tokens(fed.api.tokens_file, subtrees(fed)), log)
     log(f"federation {fed.name!r} is serving the Ray Jobs API at {up.url} (its controller runs as Ray actors on {up.dashboard})")
     log(f"  submit: ray job submit --address {up.url} --metadata-json '{{\"queue\": \"{fed.leaf_queues[0]}\"}}' -- python -c \"print('hi')\"")
 

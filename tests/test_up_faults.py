@@ -1,0 +1,138 @@
+"""`fedctl up` as its users run it, a process with its actors and its own Ray cluster, under the
+faults that once broke it: a `--working-dir` job (its dispatch crossed an actor boundary with
+something unpicklable, which stopped scheduling for good), a `kill -9` and a restart (running
+jobs became ghosts, the cluster was orphaned and a second started), and a second federation on
+the same host (stopping one ran `ray stop`, which ended every Ray cluster on the host)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from federation.runtime.localray import LocalCluster, free_port, ray_cli, temp_dir_for
+from federation.store import Store
+
+CONFIG = """
+federation: {{name: {name}, timezone: UTC}}
+api: {{listen: "127.0.0.1:{port}"}}
+sites:
+  - name: idc
+    kind: local
+    provider: {{kind: local}}
+    node_groups:
+      - {{name: gpu, gpu_model: A100-80GB, gpus_per_node: 4, cpus_per_node: 2, memory_gib_per_node: 8, count: 1}}
+queues:
+  - {{name: batch, deserved: {{gpu: 4}}}}
+"""
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+class FedctlUp:
+    """One `fedctl up` process, in a process group of its own so a test can kill -9 it alone."""
+
+    def __init__(self, tmp: Path, name: str, state: Path | None = None, port: int | None = None):
+        self.port = port or free_port()
+        self.config = tmp / f"{name}.yaml"
+        self.config.write_text(CONFIG.format(name=name, port=self.port))
+        self.state = state or tmp / f"{name}.sqlite"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(tmp / f"{name}-{time.time_ns()}.out", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "federation.cli", "up", "--config", str(self.config), "--state", str(self.state),
+                                      "--cycle-s", "0.5"], stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            assert self.proc.poll() is None, Path(self.log.name).read_text()[-3000:]
+            try:
+                if requests.get(f"{self.url}/api/version", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                time.sleep(0.5)
+        raise AssertionError("fedctl up did not serve in time: " + Path(self.log.name).read_text()[-3000:])
+
+    @property
+    def cluster(self) -> LocalCluster:
+        return LocalCluster(temp_dir_for(str(self.state.resolve())), "", "", [])
+
+    def submit(self, job_id: str, *args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+        env.pop("RAY_ADDRESS", None)
+        return subprocess.run([ray_cli(), "job", "submit", "--address", self.url, "--submission-id", job_id, "--no-wait",
+                               "--metadata-json", json.dumps({"queue": "batch", "gpus_per_task": "1"}), *args],
+                              env=env, capture_output=True, text=True, timeout=180)
+
+    def status(self, job_id: str) -> str:
+        return requests.get(f"{self.url}/api/jobs/{job_id}", timeout=10).json()["status"]
+
+    def wait(self, job_id: str, statuses: set[str], timeout: float = 120) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if (s := self.status(job_id)) in statuses:
+                    return s
+            except (requests.RequestException, KeyError, ValueError):
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"{job_id} did not reach {statuses}; journal: {Store(self.state).get(job_id)}\n"
+                             + Path(self.log.name).read_text()[-3000:])
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(120)
+        self.log.close()
+
+
+@pytest.fixture
+def ups():
+    started: list[FedctlUp] = []
+    yield started
+    for u in started:
+        u.stop()
+        u.cluster.stop()  # a test that failed half-way leaves nothing behind
+
+
+def test_a_working_dir_job_runs_through_the_actors_and_scheduling_goes_on_after_it(tmp_path, ups):
+    ups.append(up := FedctlUp(tmp_path, "wd"))
+    r = up.submit("wd-1", "--working-dir", str(JOBS), "--", "python", "check_pinning.py")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert up.wait("wd-1", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    r = up.submit("after-1", "--", "python", "-c", "print('after')")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert up.wait("after-1", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    health = requests.get(f"{up.url}/api/federation/status", timeout=10).json()["health"]
+    assert health["stalled"] is False and health["errors"].get("cycle", 0) == 0
+
+
+def test_after_a_kill_9_the_next_fedctl_up_adopts_its_cluster_and_the_running_job_finishes_once(tmp_path, ups):
+    ups.append(first := FedctlUp(tmp_path, "crash"))
+    assert first.submit("long-1", "--", "python", "-c", "import time; time.sleep(15); print('ran once')").returncode == 0
+    first.wait("long-1", {"RUNNING"})
+    first.stop(signal.SIGKILL)  # the controller and its actors die; the cluster and the job on it go on
+    assert first.cluster.processes(), "the cluster should outlive a kill -9 of fedctl up"
+    ups.append(second := FedctlUp(tmp_path, "crash", state=first.state, port=first.port))
+    assert second.wait("long-1", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    row = Store(first.state).get("long-1")
+    assert row.attempt == 0  # not requeued and run again: the adopted cluster still knew it
+    second.stop()
+    assert not second.cluster.processes()  # a clean stop ends the whole cluster it ran on
+
+
+def test_two_federations_share_a_host_and_stopping_one_leaves_the_other_running(tmp_path, ups):
+    ups.append(a := FedctlUp(tmp_path, "fed-a"))
+    ups.append(b := FedctlUp(tmp_path, "fed-b"))
+    assert a.submit("a-1", "--", "python", "-c", "import time; time.sleep(12); print('a')").returncode == 0
+    assert b.submit("b-1", "--", "python", "-c", "print('b')").returncode == 0
+    assert b.wait("b-1", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"  # a second head's dispatch works (free agent ports)
+    a.wait("a-1", {"RUNNING"})
+    b.stop()
+    assert not b.cluster.processes()
+    assert a.wait("a-1", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"  # b's stop ended nothing of a's
