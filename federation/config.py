@@ -20,10 +20,26 @@ from federation.semantics import check_semantics
 
 Positions = dict[tuple, tuple[int, int]]
 
+# Bounds no real config comes near, so that a hostile or broken file fails fast, not after minutes
+# and gigabytes: its size, how deeply it nests, and how many values its aliases expand to (a
+# "billion laughs" file is a few lines of aliases of aliases).
+MAX_BYTES = 4 * 1024**2
+MAX_DEPTH = 64
+MAX_VALUES = 200_000
+
+
+class _TooBig(Exception):
+    def __init__(self, node: yaml.Node, message: str):
+        self.node, self.message = node, message
+
 
 def _parse(text: str, file: str) -> tuple[Any, Positions]:
+    if len(text) > MAX_BYTES:
+        raise ConfigError([Problem(file, None, None, "", f"{len(text):,} characters; a federation config is at most {MAX_BYTES:,}")])
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise ConfigError([Problem(file, None, None, "", f"nested too deeply (at most {MAX_DEPTH} levels)")]) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
@@ -34,7 +50,10 @@ def _parse(text: str, file: str) -> tuple[Any, Positions]:
         raise ConfigError([Problem(file, 1, 1, "", "the file is empty; see configs/idc-aws-gcp.yaml")])
     positions: Positions = {}
     problems: list[Problem] = []
-    _walk(node, (), positions, problems, file)
+    try:
+        _walk(node, (), positions, problems, file, [MAX_VALUES])
+    except _TooBig as e:
+        raise ConfigError([Problem(file, e.node.start_mark.line + 1, e.node.start_mark.column + 1, "", e.message)]) from None
     if problems:
         raise ConfigError(problems)
     try:
@@ -45,7 +64,12 @@ def _parse(text: str, file: str) -> tuple[Any, Positions]:
     return data, positions
 
 
-def _walk(node: yaml.Node, path: tuple, positions: Positions, problems: list[Problem], file: str) -> None:
+def _walk(node: yaml.Node, path: tuple, positions: Positions, problems: list[Problem], file: str, budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooBig(node, f"expands to more than {MAX_VALUES:,} values (aliases of aliases?); write the values out")
+    if len(path) > MAX_DEPTH:
+        raise _TooBig(node, f"nested deeper than {MAX_DEPTH} levels")
     positions[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
@@ -59,12 +83,12 @@ def _walk(node: yaml.Node, path: tuple, positions: Positions, problems: list[Pro
                 line, col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
                 problems.append(Problem(file, line, col, _dotted(path + (key,)), "duplicate key; remove one of them"))
             seen.add(key)
-            _walk(value_node, path + (key,), positions, problems, file)
+            _walk(value_node, path + (key,), positions, problems, file, budget)
             # a key's own position is better than its value's for "unknown key" errors
             positions[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk(item, path + (i,), positions, problems, file)
+            _walk(item, path + (i,), positions, problems, file, budget)
 
 
 def _dotted(path: tuple) -> str:
@@ -160,39 +184,56 @@ def limit(m: schema.ResourceMap) -> Resources:
     )
 
 
-def amount(m: schema.ResourceMap) -> Resources:
-    """An amount: a missing key means 0."""
-    return Resources.of(m.gpu or 0, m.cpu or 0, m.memory_gib or 0)
+QUOTA_FIELDS = ("guarantee", "deserved", "capability", "borrowing_limit", "lending_limit")
+KEYS = ("gpu", "cpu", "memory_gib")
 
 
-def deserved_of(spec: schema.FederationSpec) -> dict[str, Resources]:
-    """Deserved per queue. A key missing from a leaf means 0; from a parent, the sum of its children."""
+def governed(q: schema.QueueSpec) -> set[str]:
+    """The resources a queue's quota governs: GPUs, and whatever its own quota names (Kueue checks
+    quota only for the resources a queue declares). A GPU-only quota leaves CPUs and memory to
+    the nodes: the queue neither borrows them nor is held back by them."""
+    return {"gpu"} | {k for f in QUOTA_FIELDS for k in KEYS if getattr(getattr(q, f), k) is not None}
+
+
+def quota_amounts(spec: schema.FederationSpec) -> tuple[dict[str, Resources], dict[str, Resources]]:
+    """Guarantee and deserved per queue. A key a parent leaves unset is the sum of its children's.
+    A key a leaf leaves unset is 0 for its guarantee; for its deserved, 0 if the queue governs
+    that resource (it borrows all it uses of it) and no limit if it does not."""
     children: dict[str, list[str]] = {}
     for q in spec.queues:
         if q.parent:
             children.setdefault(q.parent, []).append(q.name)
     by_name = {q.name: q for q in spec.queues}
-    out: dict[str, Resources] = {}
+    unlimited = Resources.unlimited().as_tuple()
+    out: dict[str, dict[str, Resources]] = {"guarantee": {}, "deserved": {}}
 
-    def visit(name: str, stack: tuple = ()) -> Resources:
-        if name in out:
-            return out[name]
+    def visit(field: str, name: str, stack: tuple = ()) -> Resources:
+        done = out[field]
+        if name in done:
+            return done[name]
         if name in stack:  # a cycle; reported by check_semantics
             return Resources()
-        own = by_name[name].deserved
-        kids = [visit(c, stack + (name,)) for c in children.get(name, [])]
-        total = sum(kids, Resources())
+        q = by_name[name]
+        kids = [visit(field, c, stack + (name,)) for c in children.get(name, [])]
+        total = sum(kids, Resources()).as_tuple()
+        keys = governed(q)
         values = []
-        for key, tot in zip(("gpu", "cpu", "memory_gib"), total.as_tuple(), strict=True):
-            v = getattr(own, key)
+        for i, key in enumerate(KEYS):
+            v = getattr(getattr(q, field), key)
             scale = 1024 if key == "memory_gib" else 1000
-            values.append(round(v * scale) if v is not None else (tot if kids else 0))
-        out[name] = Resources(*values)
-        return out[name]
+            if v is not None:
+                values.append(round(v * scale))
+            elif kids:
+                values.append(total[i])
+            else:
+                values.append(0 if field == "guarantee" or key in keys else unlimited[i])
+        done[name] = Resources(*values)
+        return done[name]
 
     for q in spec.queues:
-        visit(q.name)
-    return out
+        for field in out:
+            visit(field, q.name)
+    return out["guarantee"], out["deserved"]
 
 
 def inherited(spec: schema.FederationSpec, field: str, default):
@@ -240,13 +281,13 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
                 )
             )
         sites.append(Site(s.name, s.kind, s.ray_address, s.provider, tuple(groups)))
-    deserved = deserved_of(spec)
+    guarantee, deserved = quota_amounts(spec)
     sites_of, burst_of = inherited(spec, "sites", None), inherited(spec, "burst", False)
     queues = tuple(
         Queue(
             name=q.name,
             parent=q.parent,
-            guarantee=amount(q.guarantee),
+            guarantee=guarantee[q.name],
             deserved=deserved[q.name],
             capability=limit(q.capability),
             borrowing_limit=limit(q.borrowing_limit),

@@ -1,10 +1,63 @@
-"""Build a JobSpec from what users write (trace lines, API metadata), one way for every front end."""
+"""Build a JobSpec from what users write (trace lines, API metadata), one way for every front end.
+
+`JobRequest` is what a job may ask for, checked the same way wherever it comes from: numbers are
+finite and within bounds no real job comes near (a NaN, an infinity or 1e308 is a mistake, not a
+job), whole numbers are whole (2.7 tasks, or `true` tasks, is refused rather than rounded), and
+GPU shares come in the scheduler's unit, a thousandth of a GPU.
+"""
 
 from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from federation.errors import JobRejected
 from federation.mig.catalog import profile_gpu_milli
 from federation.model import Federation, JobSpec, Resources
+
+MAX_TASKS = 100_000
+MAX_GPUS_PER_TASK = 1024  # more than any node has
+MAX_CPUS_PER_TASK = 100_000
+MAX_MEMORY_GIB_PER_TASK = 1_000_000
+MAX_SECONDS = 10 * 365 * 86400  # ten years: a trace, a run time or a checkpoint interval beyond it is a typo
+
+
+def _not_bool(value):
+    if isinstance(value, bool):  # JSON true is not a count
+        raise ValueError("must be a whole number, not true or false")
+    return value
+
+
+Whole = Annotated[int, BeforeValidator(_not_bool)]
+
+
+class JobRequest(BaseModel):
+    """What one job asks for (the JSONL trace's fields, and the API's metadata keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    queue: Annotated[str, Field(min_length=1, max_length=63)]
+    tasks: Annotated[Whole, Field(ge=1, le=MAX_TASKS)] = 1
+    gpus_per_task: Annotated[float, Field(ge=0, le=MAX_GPUS_PER_TASK)] | None = None
+    gpu_milli_per_task: Annotated[Whole, Field(ge=1, le=999)] | None = None
+    mig_profile: Annotated[str, Field(max_length=63)] | None = None
+    cpus_per_task: Annotated[float, Field(ge=0, le=MAX_CPUS_PER_TASK)] = 0.0
+    memory_gib_per_task: Annotated[float, Field(ge=0, le=MAX_MEMORY_GIB_PER_TASK)] = 0.0
+    priority: Annotated[str, Field(max_length=63)] | None = None
+    gpu_model: Annotated[str, Field(max_length=63)] | list[Annotated[str, Field(max_length=63)]] | None = None
+    preemptible: bool = True
+    kind: Literal["training", "inference", "batch"] | None = None
+    min_tasks: Annotated[Whole, Field(ge=1, le=MAX_TASKS)] | None = None
+
+
+def problems(e: ValidationError) -> list[tuple[str, str]]:
+    """(dotted field, message) per problem, worded for people."""
+    out = []
+    for err in e.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "<line>"
+        out.append((where, "unknown field" if err["type"] == "extra_forbidden" else err["msg"]))
+    return out
 
 
 def make_job(
@@ -42,6 +95,9 @@ def make_job(
         if g < 0:
             raise JobRejected(id, "gpus_per_task", "must not be negative")
         milli = round(g * 1000)
+        if abs(g * 1000 - milli) > 1e-6:
+            raise JobRejected(id, "gpus_per_task", f"{g:g} is not a whole number of thousandths of a GPU (the scheduler's unit); "
+                                                   f"ask for {max(milli, 1) / 1000:g}")
     try:
         pclass = fed.priority_class(priority)
     except KeyError:

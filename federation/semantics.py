@@ -192,9 +192,10 @@ def _check_queues(spec: schema.FederationSpec, effective: dict[str, schema.Queue
         for key in KEYS:
             if not kids:
                 break
+            own_g = getattr(e.guarantee, key)  # unset: the children's sum
             total_g = sum(_amount(k.guarantee, key) for k in kids)
-            if total_g > _amount(e.guarantee, key):
-                issues.append(((*qat, "guarantee", key), f"the children's guarantees sum to {total_g:g}, above this queue's {_amount(e.guarantee, key):g}{suffix}"))
+            if own_g is not None and total_g > own_g:
+                issues.append(((*qat, "guarantee", key), f"the children's guarantees sum to {total_g:g}, above this queue's {own_g:g}{suffix}"))
             own_d = getattr(e.deserved, key)
             total_d = sum(_amount(k.deserved, key) for k in kids)
             if own_d is not None and total_d > own_d:

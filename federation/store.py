@@ -12,16 +12,47 @@ writer, the process that owns this Store (the queue controller); other processes
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from federation.errors import FederationError
 
 COLUMNS = ("id", "entrypoint", "metadata", "runtime_env", "request", "status", "reason", "message", "site", "placements",
            "dispatch_id", "submitted_s", "started_s", "ended_s", "attempt", "stop_at_s")
 JSON_COLUMNS = {"metadata", "runtime_env", "request", "placements"}
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 LIVE = {"PENDING", "ADMITTED", "RUNNING"}
+
+#: the journal's layout version (SQLite's user_version). A file from an older version is brought
+#: up to date by MIGRATIONS[v] (the statements from v to v + 1) when opened; one from a newer
+#: version is refused rather than misread. Version 1 is the layout every release so far wrote.
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, list[str]] = {}
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """The journal's SQLite connection. The file holds entrypoints and env vars (secrets, often):
+    it is made readable by its owner alone, and so are SQLite's -wal and -shm files beside it,
+    which take the main file's permissions."""
+    if str(path) != ":memory:":
+        Path(path).touch(mode=0o600, exist_ok=True)
+        os.chmod(path, 0o600)  # a file made by an earlier release was 0644
+    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    found = db.execute("PRAGMA user_version").fetchone()[0]
+    if found > SCHEMA_VERSION:
+        raise FederationError(f"{path}: this journal was written by a newer gpu-federation (layout {found}; this one reads up to "
+                              f"{SCHEMA_VERSION}); upgrade, or give --state a new file")
+    # 0 is a new file, or one from before versions were written: both have layout 1
+    for v in range(max(found, 1), SCHEMA_VERSION):
+        for statement in MIGRATIONS[v]:
+            db.execute(statement)
+    if found < SCHEMA_VERSION:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return db
 
 
 @dataclass
@@ -47,8 +78,7 @@ class JobRow:
 class Store:
     def __init__(self, path: str | Path = ":memory:"):
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = connect(path)
         cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "id" else c for c in COLUMNS)
         self._db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({cols})")
         self._db.execute("CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status)")  # each cycle reads the live jobs only
@@ -198,8 +228,7 @@ class RequestLedger:
 
     def __init__(self, path: str | Path = ":memory:"):
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = connect(path)
         self._db.execute("CREATE TABLE IF NOT EXISTS cloud_requests (id TEXT PRIMARY KEY, site, grp, count, requested_s, state, nodes, jobs)")
         self._db.execute("CREATE TABLE IF NOT EXISTS spend (month TEXT PRIMARY KEY, usd REAL, metered_s REAL)")
 

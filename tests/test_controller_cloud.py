@@ -181,7 +181,7 @@ def test_a_gang_whose_spot_node_is_interrupted_is_requeued_with_its_reason(cloud
     ctl.tick()
     row = ctl.store.get("big")
     assert row.status == "PENDING" and row.attempt == 1 and row.site is None
-    assert any("lost node" in m and victim in m for m in said)
+    assert any("requeued (NodeLost)" in m and victim in m for m in said)
     # queued again, it waits with a pending reason like any other job (one node is left: not a gang of two)
     assert row.reason in ("WaitingForCapacity", "WaitingForBurst")
 

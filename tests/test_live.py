@@ -182,14 +182,14 @@ def test_a_bad_submission_gets_a_4xx_naming_the_problem(live, body, words):
     assert r.status_code == 400 and words in r.text, r.text
 
 
-def test_submissions_are_idempotent_by_submission_id(live):
-    import requests
+def test_a_second_submission_under_one_id_is_refused_as_ray_refuses_it(live):
+    from ray.job_submission import JobSubmissionClient
 
-    body = {"entrypoint": "python -c \"print(1)\"", "submission_id": "same-1", "metadata": {"queue": "batch"}}
-    a = requests.post(f"{live.url}/api/jobs/", json=body, timeout=30).json()
-    b = requests.post(f"{live.url}/api/jobs/", json=body, timeout=30).json()
-    assert a == b == {"job_id": "same-1", "submission_id": "same-1"}
-    assert len([r for r in live.store.jobs() if r.id == "same-1"]) == 1
+    c = JobSubmissionClient(live.url)
+    c.submit_job(entrypoint="python -c \"print(1)\"", submission_id="same-1", metadata={"queue": "batch"})
+    with pytest.raises(RuntimeError, match="status code 400.*'same-1' exists already"):
+        c.submit_job(entrypoint="python -c \"print(2)\"", submission_id="same-1", metadata={"queue": "batch"})
+    assert [r.entrypoint for r in live.store.jobs() if r.id == "same-1"] == ["python -c \"print(1)\""]
 
 
 def test_a_restarted_controller_loses_nothing_and_dispatches_nothing_twice(ray_site, tmp_path):

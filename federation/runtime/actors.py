@@ -98,8 +98,8 @@ def _log(state: str) -> Callable[[str], None]:
 
     def log(message: str) -> None:
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n"
-        with lock, open(log_path(state), "a", encoding="utf-8") as f:
-            f.write(line)
+        with lock, open(os.open(log_path(state), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8") as f:
+            f.write(line)  # owner-only, as the journal: it names jobs and their errors
 
     return log
 

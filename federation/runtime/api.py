@@ -26,6 +26,7 @@ from federation.runtime.sites import TERMINAL, SiteUnavailable
 
 WAKE = web.AppKey("wake", asyncio.Event)  # set by a submission to run the next cycle early
 
+MAX_JSON_BYTES = 16 * 1024**2  # a submission's JSON (uploads of working_dir packages go to /api/packages/)
 RAY_API_VERSION = "4"  # ray.dashboard.modules.version.CURRENT_VERSION for Ray 2.60
 
 
@@ -178,9 +179,15 @@ async def read_json(req: web.Request):
     def constant(name: str):
         raise BadSubmission(f"the request body has {name}, which is not JSON; send a finite number or a string")
 
-    text = await req.text()
+    if (req.content_length or 0) > MAX_JSON_BYTES:
+        raise BadSubmission(f"the request body is {req.content_length:,} bytes; a job submission is at most {MAX_JSON_BYTES:,}", status=413)
+    raw = bytearray()
+    while len(raw) <= MAX_JSON_BYTES and (chunk := await req.content.read(MAX_JSON_BYTES + 1 - len(raw))):
+        raw += chunk
+    if len(raw) > MAX_JSON_BYTES:
+        raise BadSubmission(f"the request body is over {MAX_JSON_BYTES:,} bytes, the most a job submission may be", status=413)
     try:
-        return json.loads(text, parse_constant=constant)
+        return json.loads(bytes(raw).decode("utf-8"), parse_constant=constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadSubmission(f"the request body is not JSON: {e}") from None
     except RecursionError:

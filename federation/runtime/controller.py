@@ -29,6 +29,7 @@ from federation.runtime.mig import live_mig
 from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
 from federation.runtime.sites import TERMINAL, RaySite, SiteRejected, SiteUnavailable, config_nodes
+from federation.runtime.submission import read_submission
 from federation.scheduler import Snapshot, incremental_pending, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
@@ -40,43 +41,6 @@ from policies.tidal import (
     upcoming_reserves,
 )
 from providers.base import Provider
-
-META_INT = ("tasks", "min_tasks", "gpu_milli_per_task")
-META_FLOAT = ("gpus_per_task", "cpus_per_task", "memory_gib_per_task")
-META_STR = ("queue", "mig_profile", "priority", "gpu_model", "kind")
-
-
-def request_from_submission(body: dict) -> dict:
-    """make_job arguments from a Ray job submission (metadata values are strings in Ray)."""
-    if not isinstance(body, dict) or not isinstance(body.get("entrypoint"), str) or not body["entrypoint"].strip():
-        raise BadSubmission("entrypoint: a command to run is required")
-    meta = body.get("metadata") or {}
-    if not isinstance(meta, dict):
-        raise BadSubmission("metadata: must be a JSON object of strings")
-    if not isinstance(body.get("runtime_env") or {}, dict):
-        raise BadSubmission("runtime_env: must be a JSON object (as Ray's runtime_env)")
-    req: dict = {}
-    for key, value in meta.items():
-        try:
-            if key in META_INT:
-                req[key] = int(value)
-            elif key in META_FLOAT:
-                req[key] = float(value)
-            elif key in META_STR:
-                req[key] = str(value)
-            elif key == "preemptible":
-                req[key] = str(value).lower() in ("1", "true", "yes")
-        except (TypeError, ValueError):
-            raise BadSubmission(f"metadata.{key}: {value!r} is not a {'whole number' if key in META_INT else 'number'}") from None
-    if "queue" not in req:
-        raise BadSubmission("metadata.queue: required (ray job submit --metadata-json '{\"queue\": \"...\"}')")
-    gpus = body.get("entrypoint_num_gpus")
-    if gpus is not None and not any(k in req for k in ("gpus_per_task", "gpu_milli_per_task", "mig_profile")):
-        try:
-            req["gpus_per_task"] = float(gpus)
-        except (TypeError, ValueError):
-            raise BadSubmission(f"entrypoint_num_gpus: {gpus!r} is not a number") from None
-    return req
 
 
 class Controller:
@@ -154,8 +118,10 @@ class Controller:
     # ---- submissions ----
 
     def submit(self, body: dict) -> JobRow:
-        req = request_from_submission(body)
-        job_id = body.get("submission_id") or body.get("job_id") or f"fed-{uuid.uuid4().hex[:12]}"
+        job_id, req = read_submission(body)
+        job_id = job_id or f"fed-{uuid.uuid4().hex[:12]}"
+        if self.store.get(job_id) is not None:  # as Ray answers: a second job under one id would be lost
+            raise BadSubmission(f"submission_id: a job {job_id!r} exists already; give each job its own id")
         spec = self._spec(job_id, req, self.clock())
         try:
             check_job(self.fed, spec)
@@ -165,8 +131,10 @@ class Controller:
             if not self.store.has_package(name):
                 raise BadSubmission(f"runtime_env: package {PROTOCOL}://{name} was never uploaded here; submit again with the working_dir "
                                     "or py_modules as local paths, and the client uploads them")
-        row, _ = self.store.insert(JobRow(job_id, body["entrypoint"], body.get("metadata") or {}, body.get("runtime_env") or {}, req,
-                                          submitted_s=self.clock(), message="queued in the federation"))
+        row, inserted = self.store.insert(JobRow(job_id, body["entrypoint"], body.get("metadata") or {}, body.get("runtime_env") or {}, req,
+                                                 submitted_s=self.clock(), message="queued in the federation"))
+        if not inserted:  # submitted twice at once: the other one got there first
+            raise BadSubmission(f"submission_id: a job {job_id!r} exists already; give each job its own id")
         return row
 
     def _spec(self, job_id: str, req: dict, submit_s: float) -> JobSpec:
@@ -347,7 +315,7 @@ class Controller:
         self.site_status.pop(row.id, None)
         self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, attempt=row.attempt + 1,
                           reason=reason, message=f"{reason + ': ' if reason else ''}requeued, {why}")
-        self.log(f"{row.site}: job {row.id} requeued: {why}")
+        self.log(f"{row.site}: job {row.id} requeued ({reason or 'Preempted'}): {why}")
 
     def _month(self, now: float) -> str:
         return self._local(now).strftime("%Y-%m")

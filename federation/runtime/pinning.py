@@ -40,7 +40,7 @@ def allocation_for(job_id: str, site: str, placements: list[dict], spec: JobSpec
     placements = [{**p, "gpu_model": models[p["node"]]} if p.get("mig") and p["node"] in models else p for p in placements]
     return {
         "job": job_id, "site": site, "placements": placements,
-        "per_task": {"gpu": spec.per_task.gpu_milli / 1000, "cpu": spec.per_task.cpu_milli / 1000},
+        "per_task": {"gpu": spec.per_task.gpu_milli / 1000, "cpu": spec.per_task.cpu_milli / 1000, "memory_gib": spec.per_task.memory_mib / 1024},
         # a MIG slice is not a Ray GPU: such a task is pinned to its node and finds its slice in `placements`
         "mig": spec.mig_profile is not None,
         "entrypoint_is_task": spec.tasks == 1 and spec.min_tasks is None,
@@ -72,6 +72,8 @@ def entrypoint_options(allocation: dict) -> dict:
         out["entrypoint_num_gpus"] = res["GPU"]
     if "CPU" in res:
         out["entrypoint_num_cpus"] = res["CPU"]
+    if memory := allocation["per_task"].get("memory_gib"):  # Ray's own memory resource, in bytes
+        out["entrypoint_memory"] = int(memory * 1024**3)
     return out
 
 

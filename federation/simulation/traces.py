@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from federation.errors import FederationError, JobRejected
 from federation.feasibility import check_job
-from federation.jobs import make_job
+from federation.jobs import MAX_SECONDS, MAX_TASKS, JobRequest, Whole, make_job
+from federation.jobs import problems as field_problems
 from federation.model import Federation, JobSpec
 
 
@@ -41,25 +42,14 @@ class TraceError(FederationError):
         super().__init__("\n".join(problems))
 
 
-class TraceLine(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class TraceLine(JobRequest):
+    """One line of a JSONL trace: a job's request, with when it arrives and how long it runs."""
 
-    id: Annotated[str, Field(min_length=1)]
-    submit_s: Annotated[float, Field(ge=0)]
-    queue: Annotated[str, Field(min_length=1)]
-    tasks: Annotated[int, Field(ge=1)]
-    gpus_per_task: Annotated[float, Field(ge=0)] | None = None
-    gpu_milli_per_task: Annotated[int, Field(ge=1, le=999)] | None = None
-    mig_profile: str | None = None
-    cpus_per_task: Annotated[float, Field(ge=0)] = 0.0
-    memory_gib_per_task: Annotated[float, Field(ge=0)] = 0.0
-    duration_s: Annotated[float, Field(gt=0)]
-    priority: str | None = None
-    gpu_model: str | list[str] | None = None
-    preemptible: bool = True
-    kind: Literal["training", "inference", "batch"] | None = None
-    min_tasks: Annotated[int, Field(ge=1)] | None = None
-    checkpoint_interval_s: Annotated[float, Field(gt=0)] | None = None
+    id: Annotated[str, Field(min_length=1, max_length=253)]
+    tasks: Annotated[Whole, Field(ge=1, le=MAX_TASKS)]  # required in a trace (CONTRACTS.md section 2)
+    submit_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+    duration_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+    checkpoint_interval_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = None
 
 
 def _job_from_line(fed: Federation, line: TraceLine) -> TraceJob:
@@ -94,11 +84,11 @@ def read_jsonl(path: str | Path, fed: Federation, skip_bad_lines: bool = False) 
         except json.JSONDecodeError as e:
             problems.append(f"{path}:{n}: <line>: not JSON ({e.msg} at column {e.colno})")
             continue
+        except RecursionError:
+            problems.append(f"{path}:{n}: <line>: nested too deeply to be a job")
+            continue
         except ValidationError as e:
-            for err in e.errors():
-                where = ".".join(str(p) for p in err["loc"]) or "<line>"
-                msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-                problems.append(f"{path}:{n}: {where}: {msg}")
+            problems.extend(f"{path}:{n}: {where}: {msg}" for where, msg in field_problems(e))
             continue
         except JobRejected as e:
             problems.append(f"{path}:{n}: {e.field}: {e}")

@@ -1,0 +1,108 @@
+"""Quotas as people write them: a resource a queue's quota does not name is not limited by that
+queue; a parent's unset guarantee (and deserved) is its children's sum. Before, a GPU-only quota
+made every job "borrow" CPU and memory, so reclaim never started."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from federation.config import parse
+from federation.errors import ConfigError
+from federation.model import UNLIMITED, Resources
+
+TWO_TEAMS = """
+federation: {name: reclaim, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    provider: {kind: simulated}
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 4}
+queues:
+  - {name: prod, deserved: {gpu: 16}}
+  - {name: dev, deserved: {gpu: 16}}
+policies: {preemption: {grace_s: 30}}
+"""
+
+
+def test_a_gpu_only_quota_reclaims_within_the_grace_through_fedctl_simulate(tmp_path):
+    """The issue's case, as a new user writes it: dev fills the 32 GPUs with 4-GPU jobs (which ask
+    CPUs and memory, as real jobs do), then prod asks for 8 GPUs. prod waited 19,000 s before."""
+    (tmp_path / "fed.yaml").write_text(TWO_TEAMS)
+    lines = [{"id": f"dev-{i}", "submit_s": i, "queue": "dev", "tasks": 1, "gpus_per_task": 4, "cpus_per_task": 16,
+              "memory_gib_per_task": 64, "duration_s": 19_000} for i in range(8)]
+    lines.append({"id": "prod-1", "submit_s": 600, "queue": "prod", "tasks": 1, "gpus_per_task": 8, "cpus_per_task": 32,
+                  "memory_gib_per_task": 128, "duration_s": 600})
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "simulate", "--config", str(tmp_path / "fed.yaml"), "--trace",
+                        str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "out"), "--no-html"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    [start] = [e["t"] for e in events if e["type"] == "start" and e["job"] == "prod-1"]
+    assert start <= 600 + 30 + 10, start  # the grace, plus a cycle
+    reclaimed = [e for e in events if e["type"] == "preempt"]
+    assert len(reclaimed) == 2 and all(e["reason"] == "Reclaim" and e["job"].startswith("dev-") for e in reclaimed)
+
+
+def queues(text: str) -> dict:
+    return {q.name: q for q in parse(text).queues}
+
+
+BASE = TWO_TEAMS.split("queues:")[0]
+
+
+def test_a_resource_the_quota_does_not_name_is_not_limited_and_gpus_are_always_governed():
+    qs = queues(BASE + """queues:
+  - {name: gpu-only, deserved: {gpu: 8}}
+  - {name: with-cpu, deserved: {gpu: 8, cpu: 64}}
+  - {name: capped, capability: {gpu: 8}}
+  - {name: nothing}
+""")
+    assert qs["gpu-only"].deserved == Resources(8000, UNLIMITED, UNLIMITED)
+    assert qs["with-cpu"].deserved == Resources(8000, 64000, UNLIMITED)
+    assert qs["capped"].deserved == Resources(0, UNLIMITED, UNLIMITED)  # GPUs it uses are all borrowed: reclaimable
+    assert qs["nothing"].deserved == Resources(0, UNLIMITED, UNLIMITED)
+    assert qs["nothing"].guarantee == Resources()
+
+
+def test_a_parents_unset_guarantee_and_deserved_are_its_childrens_sums():
+    qs = queues(BASE + """queues:
+  - {name: research}
+  - {name: nlp, parent: research, guarantee: {gpu: 4}, deserved: {gpu: 8}}
+  - {name: cv, parent: research, guarantee: {gpu: 2}, deserved: {gpu: 8, cpu: 32}}
+""")
+    assert qs["research"].guarantee == Resources(6000, 0, 0)
+    assert qs["research"].deserved.gpu_milli == 16000 and qs["research"].deserved.cpu_milli >= UNLIMITED
+
+
+def test_a_parent_that_sets_its_guarantee_still_bounds_its_childrens():
+    with pytest.raises(ConfigError, match="children's guarantees sum to 6, above this queue's 4"):
+        parse(BASE + """queues:
+  - {name: research, guarantee: {gpu: 4}, deserved: {gpu: 16}}
+  - {name: nlp, parent: research, guarantee: {gpu: 4}, deserved: {gpu: 8}}
+  - {name: cv, parent: research, guarantee: {gpu: 2}, deserved: {gpu: 8}}
+""")
+
+
+def test_fedctl_validate_explain_prints_what_each_queue_effectively_gets(tmp_path):
+    (tmp_path / "fed.yaml").write_text(BASE + """queues:
+  - {name: research}
+  - {name: nlp, parent: research, guarantee: {gpu: 4}, deserved: {gpu: 8}, lending_limit: {gpu: 2}}
+  - {name: cv, parent: research, deserved: {gpu: 8, cpu: 32}, capability: {gpu: 12}}
+""")
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "validate", "--explain", str(tmp_path / "fed.yaml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows: dict = {}
+    for line in r.stdout.splitlines():
+        if line.split() and line.split()[0] in ("research", "nlp", "cv"):
+            rows.setdefault(line.split()[0], line.split())  # its first row: GPUs
+    # queue, resource, reserve, guarantee, deserved, capability: nlp keeps 6 of its 8 (it lends at most 2)
+    assert rows["nlp"][1:6] == ["gpu", "6", "4", "8", "-"], r.stdout
+    assert rows["cv"][1:6] == ["gpu", "0", "0", "8", "12"], r.stdout
+    assert rows["research"][1:6] == ["gpu", "6", "4", "16", "-"], r.stdout
+    assert "cpu" in r.stdout and "not limited" in r.stdout
