@@ -51,7 +51,7 @@ def start(tmp: Path) -> tuple[subprocess.Popen, str]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     ray_address = None
     for line in proc.stdout:
-        m = re.search(r"started a local Ray cluster at (\S+):", line)
+        m = re.search(r"local Ray cluster at (\S+):", line)
         if m:
             ray_address = m.group(1)
         if "serving the Ray Jobs API" in line:
@@ -61,6 +61,13 @@ def start(tmp: Path) -> tuple[subprocess.Popen, str]:
         raise SystemExit("fedctl up did not start")
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # keep its pipe drained
     return proc, ray_address
+
+
+def site_headers(tmp: Path) -> dict:
+    """The site's Ray cluster runs with token auth: the direct client carries its token."""
+    from federation.runtime.localray import LocalCluster, temp_dir_for
+
+    return LocalCluster(temp_dir_for(str((tmp / "state.sqlite").resolve())), "", "", []).headers()
 
 
 def until_running(client: JobSubmissionClient, job: str) -> None:
@@ -90,7 +97,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         proc, ray_address = start(Path(d))
         try:
-            fed, direct = JobSubmissionClient(f"http://127.0.0.1:{PORT}"), JobSubmissionClient(ray_address)
+            fed, direct = JobSubmissionClient(f"http://127.0.0.1:{PORT}"), JobSubmissionClient(ray_address, headers=site_headers(Path(d)))
             lat = {"federation": [], "direct": []}
             for i in range(a.latency_jobs):
                 for name, client in (("federation", fed), ("direct", direct)):

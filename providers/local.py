@@ -73,7 +73,7 @@ class LocalProvider(Provider):
     def _alive(self) -> set[str] | None:
         """The naming resources of the cluster's live nodes; None when the cluster cannot be asked."""
         try:
-            data = requests.get(f"{self.dashboard}/api/v0/nodes", params={"limit": 10000}, timeout=10).json()
+            data = requests.get(f"{self.dashboard}/api/v0/nodes", params={"limit": 10000}, headers=self.cluster.headers(), timeout=10).json()
             return {res for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE" for res in (n.get("resources_total") or {})}
         except (requests.RequestException, ValueError, KeyError, TypeError):
             return None

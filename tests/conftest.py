@@ -15,6 +15,41 @@ CONFIGS = ROOT / "configs"
 SHARED = Path(os.environ.get("FEDERATION_SHARED", ROOT.parent / "shared"))
 
 
+# The federation the live tests run: its IDC is the session's shared local Ray cluster.
+LIVE_CONFIG = """
+federation: {name: live, timezone: UTC}
+priority_classes: [{name: normal, value: 100, default: true}, {name: high, value: 1000}]
+sites:
+  - name: idc
+    kind: local
+    provider: {kind: local}
+    node_groups:
+      - {name: gpu, gpu_model: A100-80GB, gpus_per_node: 4, cpus_per_node: 4, memory_gib_per_node: 16, count: 2}
+queues:
+  - {name: train, deserved: {gpu: 4}, capability: {gpu: 6}}
+  - {name: batch, deserved: {gpu: 4}}
+policies: {preemption: {grace_s: 1}}
+"""
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the session, what fedctl up starts: logical GPUs, Ray's token
+    auth, free ports. Stopped by its own processes: other Ray clusters on the host go on."""
+    from federation.config import parse
+    from federation.runtime.localray import start_local_ray
+    from federation.runtime.sites import config_nodes
+
+    cluster = start_local_ray(config_nodes(parse(LIVE_CONFIG, "live.yaml"), ["idc"]))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_site(ray_cluster):
+    return ray_cluster.dashboard
+
+
 @pytest.fixture
 def example_text() -> str:
     return (CONFIGS / "idc-aws-gcp.yaml").read_text()

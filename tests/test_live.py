@@ -1,4 +1,5 @@
-"""The live controller against a real local Ray cluster, driven by Ray's own client and CLI."""
+"""The live controller against a real local Ray cluster (the session's shared one, made from
+conftest.LIVE_CONFIG), driven by Ray's own client and CLI."""
 
 from __future__ import annotations
 
@@ -15,40 +16,13 @@ from federation.config import parse
 from federation.runtime.access import load_tokens
 from federation.runtime.api import Serving
 from federation.runtime.controller import Controller
-from federation.runtime.localray import free_port, ray_cli, start_local_ray
-from federation.runtime.sites import RaySite, config_nodes
+from federation.runtime.localray import free_port, ray_cli, ray_headers
+from federation.runtime.sites import RaySite
 from federation.store import Store
 
+from .conftest import LIVE_CONFIG as CONFIG
+
 RAY = ray_cli()
-
-CONFIG = """
-federation: {name: live, timezone: UTC}
-priority_classes: [{name: normal, value: 100, default: true}, {name: high, value: 1000}]
-sites:
-  - name: idc
-    kind: local
-    provider: {kind: local}
-    node_groups:
-      - {name: gpu, gpu_model: A100-80GB, gpus_per_node: 4, cpus_per_node: 4, memory_gib_per_node: 16, count: 2}
-queues:
-  - {name: train, deserved: {gpu: 4}, capability: {gpu: 6}}
-  - {name: batch, deserved: {gpu: 4}}
-policies: {preemption: {grace_s: 1}}
-"""
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray cluster for the session, what fedctl up starts: logical GPUs, loopback, auth
-    off (set explicitly). Stopped by its own processes: other Ray clusters on the host go on."""
-    cluster = start_local_ray(config_nodes(parse(CONFIG, "live.yaml"), ["idc"]))
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def ray_site(ray_cluster):
-    return ray_cluster.dashboard
 
 
 class Live:
@@ -125,7 +99,7 @@ def test_a_job_uploaded_with_working_dir_runs_exactly_where_it_was_placed(live, 
         from ray.job_submission import JobSubmissionClient
 
         driver = JobSubmissionClient(ray_site).get_job_info(row.dispatch_id).driver_node_id
-        nodes = requests.get(f"{ray_site}/api/v0/nodes", params={"limit": 100, "detail": "true"}, timeout=30).json()["data"]["result"]["result"]
+        nodes = requests.get(f"{ray_site}/api/v0/nodes", params={"limit": 100, "detail": "true"}, headers=ray_headers(), timeout=30).json()["data"]["result"]["result"]
         carries = {n["node_id"]: set(n["resources_total"]) for n in nodes}
         assert f"federation-node/{row.placements[0]['node']}" in carries[driver]
 
@@ -372,7 +346,7 @@ def test_the_nvml_agent_applies_a_layout_on_its_node_as_a_pinned_ray_job(ray_sit
     assert settle("idc/gpu-1", good).state == "success"
     job = backend.job_id("idc/gpu-1", good)
     driver = JobSubmissionClient(ray_site).get_job_info(job).driver_node_id
-    nodes = requests.get(f"{ray_site}/api/v0/nodes", params={"limit": 100, "detail": "true"}, timeout=30).json()["data"]["result"]["result"]
+    nodes = requests.get(f"{ray_site}/api/v0/nodes", params={"limit": 100, "detail": "true"}, headers=ray_headers(), timeout=30).json()["data"]["result"]["result"]
     assert "federation-node/idc/gpu-1" in {n["node_id"]: set(n["resources_total"]) for n in nodes}[driver]
     bad = {0: [("4g.40gb", 4)]}  # a 4g instance starts only at slice 0: NVML refuses it
     backend.apply("idc/gpu-0", bad)

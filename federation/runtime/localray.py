@@ -7,6 +7,11 @@ restarted `fedctl up` finds the cluster its predecessor left), every `ray start`
 process group of its own, every fixed-default port is picked free, and `stop()` ends exactly the
 processes of that temp dir, their groups and their children. `ray stop` (which ends every Ray
 process on the host) is never called.
+
+Ray binds its GCS, raylets and agents to every interface whatever `--node-ip-address` says, so
+the cluster runs with Ray's own token authentication (`RAY_AUTH_MODE=token`): a random token in
+`<temp dir>/auth_token` (owner-only), handed through the environment (`RAY_AUTH_TOKEN_PATH`) to
+what must connect (its nodes, the controller, the demo); everything else is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -59,15 +65,34 @@ class LocalCluster:
     nodes: list[str]  # the names of the configured nodes it was started with
 
     @property
+    def token_path(self) -> str:
+        return f"{self.temp_dir}/auth_token"
+
+    @property
     def env(self) -> dict:
         """The environment to run `ray` (or a Ray driver) against this cluster in."""
-        env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-        env.pop("RAY_ADDRESS", None)  # it would override --address
+        env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": self.token_path}
+        for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):  # they would override --address and the token file
+            env.pop(name, None)
         return env
+
+    def use(self) -> None:
+        """Make this process a client of this cluster (ray.init, Ray's job client), with its token."""
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("RAY_")})
+        for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+            os.environ.pop(name, None)
+        refresh_ray_auth()
+
+    def headers(self) -> dict:
+        """What a plain HTTP request to its dashboard carries."""
+        try:
+            return {"Authorization": f"Bearer {Path(self.token_path).read_text(encoding='utf-8').strip()}"}
+        except OSError:
+            return {}
 
     def alive(self) -> bool:
         try:
-            return requests.get(f"{self.dashboard}/api/version", timeout=5).status_code == 200
+            return requests.get(f"{self.dashboard}/api/version", headers=self.headers(), timeout=5).status_code == 200
         except requests.RequestException:
             return False
 
@@ -145,13 +170,16 @@ def start_local_ray(nodes: Sequence[Node], head_cpus: int = 2, key: str | None =
     old = LocalCluster.load(temp)
     if old is not None and old.nodes == names and old.alive():
         log(f"adopted the federation's Ray cluster at {old.dashboard}, left running by an earlier run")
-        os.environ["RAY_AUTH_MODE"] = "disabled"
+        old.use()
         return old
     if Path(temp).exists():
         LocalCluster(temp, "", "", []).stop()  # what an earlier run left behind, and nothing else
     Path(temp).mkdir(mode=0o700, parents=True)
     dash, gcs = free_port(), free_port()
     cluster = LocalCluster(temp, f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}", names)
+    fd = os.open(cluster.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(secrets.token_hex(32))
     common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
     try:
         _ray_start(cluster.env, ["--head", "--num-gpus", "0", "--num-cpus", str(head_cpus), "--dashboard-host", "127.0.0.1",
@@ -163,8 +191,27 @@ def start_local_ray(nodes: Sequence[Node], head_cpus: int = 2, key: str | None =
         cluster.stop()
         raise
     cluster.save()
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    cluster.use()
     return cluster
+
+
+def refresh_ray_auth() -> None:
+    """Ray reads its auth mode and token once per process and caches them: after the environment
+    changes, read them again (as `ray.init` does when it turns token auth on itself)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def ray_headers() -> dict:
+    """The Authorization header Ray's own clients send from this process (none with auth off), for
+    plain HTTP requests to a Ray dashboard."""
+    from ray._private.authentication.http_token_authentication import (
+        get_auth_headers_if_auth_enabled,
+    )
+
+    return get_auth_headers_if_auth_enabled({})
 
 
 def ray_worker_args(cluster: LocalCluster, name: str, gpus: int, cpu_milli: int) -> list[str]:

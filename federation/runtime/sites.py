@@ -13,6 +13,7 @@ import requests
 
 from federation.errors import FederationError
 from federation.model import Federation, Node
+from federation.runtime.localray import ray_headers
 from federation.runtime.packages import PROTOCOL
 from federation.runtime.pinning import entrypoint_options, node_resource
 
@@ -70,7 +71,7 @@ class RaySite:
     def has_package(self, name: str) -> bool:
         """Whether the site's cluster holds an uploaded runtime_env package (Ray's own REST path)."""
         try:
-            return requests.get(f"{self.address}/api/packages/{PROTOCOL}/{name}", timeout=30).status_code == 200
+            return requests.get(f"{self.address}/api/packages/{PROTOCOL}/{name}", headers=ray_headers(), timeout=30).status_code == 200
         except requests.RequestException as e:
             raise SiteUnavailable(f"site {self.name}: cannot ask it for package {name}: {e}") from None
 
@@ -78,7 +79,7 @@ class RaySite:
         """Hand an uploaded runtime_env package to the site's cluster, as Ray's job client does.
         Plain bytes in: this call crosses an actor boundary, so it takes nothing unpicklable."""
         try:
-            r = requests.put(f"{self.address}/api/packages/{PROTOCOL}/{name}", data=data, timeout=300)
+            r = requests.put(f"{self.address}/api/packages/{PROTOCOL}/{name}", data=data, headers=ray_headers(), timeout=300)
         except requests.RequestException as e:
             raise SiteUnavailable(f"site {self.name}: cannot hand it package {name}: {e}") from None
         if r.status_code != 200:
