@@ -225,6 +225,9 @@ class NvmlBackend:
         nv.nvmlInit()
         try:
             parent = nv.nvmlDeviceGetHandleByIndex(gpu)
+            if nv.nvmlDeviceGetMigMode(parent)[0] != nv.NVML_DEVICE_MIG_ENABLE:
+                raise NvmlError(f"MIG mode is off on GPU {gpu}, so it has no {profile} slice; the MIG manager turns it on "
+                                "when it applies a layout (a change may wait for a GPU reset)")
             gi = self.instances(parent).get((profile, start))
             if gi is None:
                 raise NvmlError(f"GPU {gpu} has no {profile} instance at slice {start}; is its layout applied?")

@@ -39,7 +39,7 @@ class FakeSite(RaySite):
     def has_package(self, name):
         return True
 
-    def submit(self, dispatch_id, entrypoint, runtime_env, allocation):
+    def submit(self, dispatch_id, entrypoint, runtime_env, allocation, metadata=None):
         if self.down:
             raise SiteUnavailable("site idc: connection refused")
         if allocation["job"] in self.fail_submit:

@@ -57,7 +57,7 @@ def wait_status(client, job_id, statuses, timeout=90):
     raise AssertionError(f"{job_id} did not reach {statuses}: {client.get_job_info(job_id)}")
 
 
-def test_job_submission_client_runs_a_gang_at_the_site_with_its_allocation(live):
+def test_job_submission_client_runs_a_gang_at_the_site_with_its_allocation(live, ray_site):
     from ray.job_submission import JobSubmissionClient
 
     c = JobSubmissionClient(live.url)
@@ -67,6 +67,9 @@ def test_job_submission_client_runs_a_gang_at_the_site_with_its_allocation(live)
     assert "placed 2 idc" in c.get_job_logs(job_id)
     row = live.store.get(job_id)
     assert row.site == "idc" and len(row.placements) == 2
+    at_site = JobSubmissionClient(ray_site).get_job_info(row.dispatch_id)  # the site's dashboard shows whose job it is
+    assert at_site.metadata["queue"] == "train" and at_site.metadata["federation-job"] == job_id
+    assert c.get_job_info(job_id).job_id == job_id  # not null: every route takes it
 
 
 JOBS = Path(__file__).parent / "jobs"

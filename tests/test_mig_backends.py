@@ -175,3 +175,31 @@ def test_every_profile_maps_to_an_nvml_profile_and_a_valid_placement(nvml):
             backend.apply("here", {0: [(p.name, p.starts[-1])]})
             assert backend.state("here", {}).state == "success", (model, p.name)
             assert fake.layout(0) == [(p.name, p.starts[-1])]
+
+
+# `nvidia-smi mig -lgip` and `-lgipp` on a real H200 (issue 22): name, the driver's profile id,
+# and the placements as `{starts}:size`, row for row
+H200_READ = [
+    ("1g.18gb", 19, (0, 1, 2, 3, 4, 5, 6), 1), ("1g.18gb+me", 20, (0, 1, 2, 3, 4, 5, 6), 1), ("1g.35gb", 15, (0, 2, 4, 6), 2),
+    ("2g.35gb", 14, (0, 2, 4), 2), ("3g.71gb", 9, (0, 4), 4), ("4g.71gb", 5, (0,), 4), ("7g.141gb", 0, (0,), 8),
+]
+
+
+def test_the_h200_catalog_is_what_nvidia_smi_reads_on_a_real_h200():
+    """Our rows, and the NVML profile each maps to (whose id the driver reports, as the fake
+    holds the driver's constant-to-id table), against the hardware's."""
+    import tests.fakes.nvml as fake_nvml
+    from federation.mig.catalog import CATALOG
+    from providers.mig_backends import gi_profile
+
+    spec = CATALOG["H200-141GB"]
+    ours = [(p.name, fake_nvml.PROFILE_IDS[gi_profile(fake_nvml, p)], p.starts, p.memory) for p in spec.profiles.values()]
+    assert ours == H200_READ
+
+
+def test_asking_for_a_slice_on_a_gpu_with_mig_off_says_so():
+    from providers.mig_backends import NvmlError
+
+    fake = FakeNvml("A100-80GB", gpus=2, mig_enabled=False)  # as a GPU ships
+    with pytest.raises(NvmlError, match="MIG mode is off on GPU 1"):
+        NvmlBackend("A100-80GB", nvml=fake).mig_uuid(1, "1g.10gb", 0)

@@ -1,18 +1,21 @@
-"""The MIG partition planner (pure): target layouts for a site's MIG GPUs from the demand.
+"""The MIG partition planner (pure): target layouts for a site's MIG GPUs from the demand, exact.
 
-Every valid layout of one GPU model is enumerated once and cached (a few hundred to a few
-thousand on the 8-slice GPUs) as rows of a matrix: instance counts per profile, and a bitmask of
-the (profile, start) instances it holds. Then, GPU by GPU:
-- the demand already met by the current layouts is counted first (a GPU that is left alone
-  costs nothing), so that
-- only GPUs whose change adds satisfied demand are reconfigured, cheapest first (fewest busy
-  instances, then least useful current layout);
-- a new layout must contain every busy instance of the GPU, unmoved (a bitmask superset test);
-- a GPU keeps its layout unless another one meets more demand; among the best layouts, the one
-  left with the largest contiguous free block wins, then the one with fewer instances, so free
-  space stays usable by large profiles (three 1g instances at 0, 1 and 5 would leave no room for
-  a 3g; at 0, 1 and 2 they leave a 4g's).
-Demand is weighted per profile (priority); the value of a layout is the weighted demand it meets.
+Every valid layout of one GPU model is enumerated once and cached (76 on an A30, 2,319 on the
+8-slice GPUs) as rows of a matrix: instance counts per profile, and a bitmask of the (profile,
+start) instances it holds. Choosing a layout per GPU is then a small integer programme:
+
+- GPUs alike (the same current layout, the same busy instances, both locked or not) form a class;
+  a class may take any layout that contains its busy instances unmoved (a bitmask superset test),
+  and a locked class only its current one;
+- layouts with the same instance counts are the same to the objective, so each class keeps one
+  per count vector (128 on the 8-slice GPUs): its current layout if it has those counts, else the
+  one with the largest contiguous free block (three 1g instances at 0, 1 and 2 leave a 4g's room;
+  at 0, 1 and 5 they leave no room for a 3g), then the lowest;
+- x[class, layout] GPUs take each layout. Solved lexicographically with HiGHS (scipy's milp):
+  first the most weighted demand met (demand weighted per profile, by priority), then, keeping
+  that, the fewest GPUs reconfigured, then the most GPUs left whole (free for whole-GPU work),
+  then the fewest instances (a slice nobody asked for is free space lost).
+The result is optimal for that order; tests check it against brute force on small cases.
 """
 
 from __future__ import annotations
@@ -129,30 +132,81 @@ def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[d
         busy_masks.append(np.uint64(bm))
     w = np.array([float((weights or {}).get(p, 1.0)) for p in t.profiles])
     want = np.array([demand.get(p, 0) for p in t.profiles], dtype=np.int64)
-    chosen = list(cur_idx)
-    remaining = want - t.counts[cur_idx].sum(axis=0) if gpus else want.copy()
-    # cheapest to change first: fewest busy instances, then the least useful current layout
-    order = sorted(range(gpus), key=lambda g: (bin(int(busy_masks[g])).count("1"), float(np.minimum(t.counts[cur_idx[g]], want).dot(w)), g))
-    for g in order:
-        if not (remaining > 0).any():
-            break
-        if g in locked:
-            continue
-        base = remaining + t.counts[chosen[g]]  # the need if this GPU held nothing
-        ok = (t.masks & busy_masks[g]) == busy_masks[g]
-        value = np.minimum(t.counts, np.maximum(base, 0)).dot(w)
-        value[~ok] = -1.0
-        keep_value = value[chosen[g]]
-        best = value.max()
-        if best <= keep_value + 1e-9:
-            continue
-        cands = np.flatnonzero(value >= best - 1e-9)
-        # contiguous free space first, then fewer instances (the table is sorted by size)
-        pick = cands[np.lexsort((cands, -t.free_block[cands]))][0]
-        remaining = base - t.counts[pick]
-        chosen[g] = int(pick)
+    chosen = _solve(t, want, w, cur_idx, busy_masks, locked) if gpus and want.any() else list(cur_idx)
     total = t.counts[chosen].sum(axis=0) if gpus else np.zeros(len(t.profiles), dtype=np.int64)
     satisfied = {p: int(min(total[i], want[i])) for i, p in enumerate(t.profiles) if want[i]}
     unsatisfied = {p: int(want[i] - satisfied[p]) for i, p in enumerate(t.profiles) if want[i] and want[i] > satisfied[p]}
     layouts = [[{"profile": n, "start": s} for n, s in t.layouts[li]] for li in chosen]
     return PlanResult(layouts, satisfied, unsatisfied, sum(1 for a, b in zip(chosen, cur_idx, strict=True) if a != b))
+
+
+@cache
+def _by_counts(gpu_model: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per layout, the index of its count vector among the distinct ones; and, per layout, its rank
+    as a representative of its count vector (largest free block first, then fewer instances, then
+    the table's order)."""
+    t = table(gpu_model)
+    _, group = np.unique(t.counts, axis=0, return_inverse=True)
+    rank = np.empty(len(t.layouts), dtype=np.int64)
+    rank[np.lexsort((np.arange(len(t.layouts)), -t.free_block))] = np.arange(len(t.layouts))
+    return group.ravel(), rank
+
+
+def _solve(t: LayoutTable, want: np.ndarray, w: np.ndarray, cur_idx: list[int], busy_masks: list, locked: frozenset[int]) -> list[int]:
+    """The layout index per GPU, optimal for (weighted demand met, fewest reconfigured, most whole)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_array, hstack, identity
+
+    group, rank = _by_counts(t.spec.gpu)
+    classes: dict[tuple, list[int]] = {}
+    for g, (cur, busy) in enumerate(zip(cur_idx, busy_masks, strict=True)):
+        classes.setdefault((cur, int(busy), g in locked), []).append(g)
+    empty = next(i for i, lay in enumerate(t.layouts) if not lay)
+    cols: list[tuple[int, int]] = []  # (class number, layout index)
+    for k, (cur, busy, is_locked) in enumerate(classes):
+        if is_locked:
+            cols.append((k, cur))
+            continue
+        ok = np.flatnonzero((t.masks & np.uint64(busy)) == np.uint64(busy))
+        best: dict[int, int] = {}
+        for li in ok[np.argsort(rank[ok])]:  # the first of each count vector is its representative...
+            best.setdefault(int(group[li]), int(li))
+        if int(group[cur]) in best:  # ...unless the current layout has those counts: keeping it costs nothing
+            best[int(group[cur])] = cur
+        cols += [(k, li) for li in best.values()]
+    sizes = [len(gs) for gs in classes.values()]
+    n, p = len(cols), len(t.profiles)
+    counts = np.array([t.counts[li] for _, li in cols], dtype=float)  # n x p
+    keys = list(classes)
+    changed = np.array([li != keys[k][0] for k, li in cols], dtype=float)
+    whole = np.array([li == empty for _, li in cols], dtype=float)
+    instances = np.array([len(t.layouts[li]) for _, li in cols], dtype=float)
+    # variables: x (n, integer GPUs per column), then s (p, demand met per profile)
+    met = LinearConstraint(hstack([csr_array(-counts.T), identity(p, format="csr")]), -np.inf, 0)  # s_p <= instances of p planned
+    member = csr_array((np.ones(n), ([k for k, _ in cols], np.arange(n))), shape=(len(keys), n + p))
+    each = LinearConstraint(member, sizes, sizes)  # every GPU takes exactly one layout
+    bounds = Bounds(np.zeros(n + p), np.concatenate([np.array([sizes[k] for k, _ in cols], dtype=float), want.astype(float)]))
+    integral = np.concatenate([np.ones(n), np.zeros(p)])
+
+    def solve(cost: np.ndarray, extra: list) -> np.ndarray:
+        r = milp(cost, constraints=[met, each, *extra], bounds=bounds, integrality=integral)
+        if r.x is None:
+            raise PlanError(f"the MIG planner found no plan ({r.message})")
+        return r.x
+
+    value = np.concatenate([np.zeros(n), w])
+    x = solve(-value, [])
+    best_value = float(value @ x)
+    keep = LinearConstraint(value, best_value - 1e-6 * max(1.0, abs(best_value)), np.inf)
+    # fewest reconfigured, then most GPUs whole, then fewest instances (unneeded slices stay free
+    # space): each weight outweighs the most the terms after it can sum to
+    g = len(cur_idx)
+    per_whole = t.spec.memory_slices * g + 1
+    cost = changed * (g + 1) * per_whole - whole * per_whole + instances
+    x = solve(np.concatenate([cost, np.zeros(p)]), [keep])
+    chosen = list(cur_idx)
+    left = {k: list(gs) for k, gs in enumerate(classes.values())}
+    for j, (k, li) in enumerate(cols):
+        for _ in range(round(x[j])):
+            chosen[left[k].pop(0)] = li
+    return chosen

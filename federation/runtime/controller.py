@@ -389,7 +389,7 @@ class Controller:
                                           message=f"runtime_env: package {PROTOCOL}://{name} is gone from the federation; submit the job again")
                         return
                     site.put_package(name, data)
-            site.submit(row.dispatch_id, row.entrypoint, row.runtime_env, allocation)
+            site.submit(row.dispatch_id, row.entrypoint, row.runtime_env, allocation, row.metadata)
         except SiteUnavailable as e:
             self.store.update(job_id, message=f"dispatch pending: {e}")
             return
@@ -467,7 +467,8 @@ class Controller:
         elif status == "RUNNING" and self.site_status.get(row.id) == "PENDING":
             status, message = "PENDING", f"dispatched to {row.site}; its driver is starting there"
         return {
-            "type": "SUBMISSION", "job_id": None, "submission_id": row.id, "driver_info": None, "status": status,
+            # a federation job has no one Ray driver id; its id serves for both (every route takes either)
+            "type": "SUBMISSION", "job_id": row.id, "submission_id": row.id, "driver_info": None, "status": status,
             "entrypoint": row.entrypoint, "message": message, "error_type": None,
             "start_time": int(row.submitted_s * 1000), "end_time": int(row.ended_s * 1000) if row.ended_s else None,
             "metadata": {str(k): str(v) for k, v in (row.metadata or {}).items()}, "runtime_env": row.runtime_env or {},

@@ -44,12 +44,14 @@ class RaySite:
                 raise SiteUnavailable(f"site {self.name}: cannot reach its Ray cluster at {self.address}: {e}") from None
         return self._client
 
-    def submit(self, dispatch_id: str, entrypoint: str, runtime_env: dict, allocation: dict) -> None:
-        """Start the job at the site; a dispatch id the site already has is not started again."""
+    def submit(self, dispatch_id: str, entrypoint: str, runtime_env: dict, allocation: dict, metadata: dict | None = None) -> None:
+        """Start the job at the site; a dispatch id the site already has is not started again. The
+        user's metadata goes along (the site's dashboard shows the job's queue), with the
+        federation's job id under `federation-job`."""
         env = dict(runtime_env or {})
         env["env_vars"] = {**env.get("env_vars", {}), "FEDERATION_ALLOCATION": json.dumps(allocation), "FEDERATION_JOB_ID": allocation["job"]}
-        self._submit(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=env, metadata={"federation-job": allocation["job"]},
-                     **entrypoint_options(allocation))
+        meta = {**{str(k): str(v) for k, v in (metadata or {}).items()}, "federation-job": allocation["job"]}
+        self._submit(entrypoint=entrypoint, submission_id=dispatch_id, runtime_env=env, metadata=meta, **entrypoint_options(allocation))
 
     def _submit(self, **kwargs) -> None:
         try:

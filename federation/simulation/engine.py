@@ -178,8 +178,8 @@ class Simulator:
                 self.dirty |= kind != "arrive"
             self._cycle(t)
             self._mig_step(t)
-            if self.opt.progress:
-                done = sum(1 for r in self.jobs.values() if r.finish_s is not None)
+            if self.opt.progress and self.finished != done:  # counted as jobs finish: a scan here was 2x the run
+                done = self.finished
                 self.opt.progress(t, done, total)
         self.ledger.close(t)
         self._sample_until(t + self.sample_every)
