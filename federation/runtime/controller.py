@@ -491,15 +491,25 @@ class Controller:
             out.append({"job": r.id, "queue": queue, "position": seen[queue], "reason": r.reason, "message": r.message})
         return out
 
+    def current_queues(self):
+        """The queues as the tidal windows active now make them."""
+        return effective_queues(self.fed, self._local(self.clock()))
+
+    def pending_since(self) -> dict[str, tuple[str, float]]:
+        """job -> (its queue, when it was submitted), for the jobs waiting now."""
+        return {r.id: (r.request.get("queue"), r.submitted_s) for r in self.store.jobs({"PENDING"})}
+
     def status(self) -> dict:
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         local = self._local(self.clock())
         nxt = next_transition(self.fed, local) if any(t.window for t in self.fed.policies.tidal) else None
         usage: dict[str, float] = {}
+        gpus: dict[str, float] = {}
         for r in rows:
             if r.status != "PENDING":
                 spec = self._spec(r.id, r.request, r.submitted_s)
-                usage[spec.queue] = usage.get(spec.queue, 0.0) + spec.per_task.gpu * len(r.placements or [])
+                gpus[r.id] = spec.per_task.gpu * len(r.placements or [])
+                usage[spec.queue] = usage.get(spec.queue, 0.0) + gpus[r.id]
         return {
             "federation": self.fed.name,
             "health": self.health.to_dict(self.clock()),
@@ -511,7 +521,7 @@ class Controller:
             "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
                       **({"forecast_prewarm_gpus": self.forecast.last_gpus, "forecast_error": self.forecast.error} if self.forecast.spec else {})},
             "pending": self._pending_by_queue(rows),
-            "running": [{"job": r.id, "queue": r.request.get("queue"), "site": r.site} for r in rows if r.status != "PENDING"],
+            "running": [{"job": r.id, "queue": r.request.get("queue"), "site": r.site, "gpus": gpus[r.id]} for r in rows if r.status != "PENDING"],
             "mig": {site: m.status() for site, m in self.mig.items()},
             "cloud": {"in_flight": [{"request": f.request_id, "site": f.site, "group": f.group, "count": f.count, "jobs": list(f.jobs)}
                                     for f in self.in_flight.values()],

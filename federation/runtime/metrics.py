@@ -1,10 +1,30 @@
-"""Prometheus metrics for `GET /metrics`, read from the controller at scrape time."""
+"""Prometheus metrics for `GET /metrics`, read from the controller at scrape time.
+
+Every series a dashboard or an alert names exists from the first scrape: counters and per-site
+or per-queue gauges start at 0 for every site, queue and reason the federation knows, rather
+than appearing once something happens (a missing series makes `rate()` and alerts blind).
+`deploy/` holds the Grafana dashboard and the alert rules over these names.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+PREEMPTION_REASONS = ("Reclaim", "Priority", "QuotaShrink", "WindowPrepare")
+
+
+def package_version() -> str:
+    try:
+        return version("gpu-federation")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
 
 
 class FederationCollector:
@@ -12,37 +32,87 @@ class FederationCollector:
         self.ctl = ctl
 
     def collect(self):
+        import ray
+
         ctl = self.ctl
         doc = ctl.status()
-        usage = GaugeMetricFamily("federation_queue_gpu_usage", "GPUs used by each queue's running jobs", labels=["queue"])
-        borrowed = GaugeMetricFamily("federation_queue_gpu_borrowed", "GPUs each queue uses beyond its deserved share", labels=["queue"])
+        now = ctl.clock()
+        fed = ctl.fed
+        cloud_sites = [s.name for s in fed.sites if s.is_cloud]
+
+        info = _gauge("federation_build_info", "The running build (always 1)", ["version", "ray_version", "federation"])
+        info.add_metric([package_version(), ray.__version__, fed.name], 1)
+        yield info
+
+        usage = _gauge("federation_queue_gpu_usage", "GPUs used by each queue's running jobs", ["queue"])
+        borrowed = _gauge("federation_queue_gpu_borrowed", "GPUs each queue uses beyond its deserved share", ["queue"])
+        quota = {k: _gauge(f"federation_queue_gpu_{k}", f"Each queue's {k} in GPUs now (tidal windows applied; +Inf: no limit)", ["queue"])
+                 for k in ("guarantee", "deserved", "capability")}
+        caps = {q.name: q.capability.to_dict()["gpu"] for q in ctl.current_queues()}
         for q in doc["queues"]:
             usage.add_metric([q["name"]], q["usage_gpu"])
             borrowed.add_metric([q["name"]], q["borrowed_gpu"])
-        pending = GaugeMetricFamily("federation_pending_jobs", "Pending jobs by pending reason", labels=["reason"])
+            quota["guarantee"].add_metric([q["name"]], q["guarantee"]["gpu"] or 0.0)
+            quota["deserved"].add_metric([q["name"]], q["deserved"]["gpu"] if q["deserved"]["gpu"] is not None else float("inf"))
+            quota["capability"].add_metric([q["name"]], caps[q["name"]] if caps.get(q["name"]) is not None else float("inf"))
+        yield from (usage, borrowed, *quota.values())
+
+        pending = _gauge("federation_pending_jobs", "Pending jobs by pending reason", ["reason"])
         for reason, n in sorted(Counter(p["reason"] or "New" for p in doc["pending"]).items()):
             pending.add_metric([reason], n)
+        by_queue = _gauge("federation_queue_pending_jobs", "Pending jobs by queue", ["queue"])
+        oldest = _gauge("federation_queue_oldest_pending_seconds", "How long each queue's longest-waiting job has waited (0: none waits)", ["queue"])
+        waits = ctl.pending_since()
+        for q in fed.leaf_queues:
+            by_queue.add_metric([q], sum(1 for p in doc["pending"] if p["queue"] == q))
+            oldest.add_metric([q], max((now - s for j, (queue, s) in waits.items() if queue == q), default=0.0))
+        yield from (pending, by_queue, oldest)
+
+        site_gpus = _gauge("federation_site_gpus", "GPUs on each site's schedulable nodes now", ["site"])
+        site_used = _gauge("federation_site_gpus_allocated", "GPUs each site has given to jobs", ["site"])
+        gpus, used = Counter(), Counter()
+        for n in ctl.nodes:
+            if n.schedulable:
+                gpus[n.site] += n.gpus
+        for r in doc["running"]:
+            used[r["site"]] += r.get("gpus", 0.0)
+        for s in fed.sites:
+            site_gpus.add_metric([s.name], gpus[s.name])
+            site_used.add_metric([s.name], used[s.name])
+        yield from (site_gpus, site_used)
+
         admissions = CounterMetricFamily("federation_admissions", "Gangs admitted since the controller started", labels=["site"])
-        for site, n in sorted(ctl.admissions.items()):
-            admissions.add_metric([site], n)
+        for s in fed.sites:
+            admissions.add_metric([s.name], ctl.admissions.get(s.name, 0))
         preemptions = CounterMetricFamily("federation_preemptions", "Gangs preempted since the controller started", labels=["reason"])
-        for reason, n in sorted(ctl.preemptions.items()):
-            preemptions.add_metric([reason], n)
-        nodes = GaugeMetricFamily("federation_cloud_nodes", "Cloud nodes up, by site", labels=["site"])
-        for site, n in sorted(Counter(n.site for n in ctl.cloud_nodes).items()):
-            nodes.add_metric([site], n)
-        in_flight = GaugeMetricFamily("federation_cloud_requests_in_flight", "Cloud capacity requests not yet delivered", labels=["site"])
-        for site, n in sorted(Counter(f["site"] for f in doc["cloud"]["in_flight"]).items()):
-            in_flight.add_metric([site], n)
-        spend = GaugeMetricFamily("federation_cloud_spend_usd_month", "Cloud spend metered this month (federation time zone)")
+        for reason in sorted(set(PREEMPTION_REASONS) | set(ctl.preemptions)):
+            preemptions.add_metric([reason], ctl.preemptions.get(reason, 0))
+        yield from (admissions, preemptions)
+
+        nodes = _gauge("federation_cloud_nodes", "Cloud nodes up, by site", ["site"])
+        in_flight = _gauge("federation_cloud_requests_in_flight", "Cloud capacity requests not yet delivered", ["site"])
+        stuck = _gauge("federation_cloud_oldest_request_seconds", "Age of each site's oldest undelivered cloud request (0: none)", ["site"])
+        up = Counter(n.site for n in ctl.cloud_nodes)
+        asked = Counter(f["site"] for f in doc["cloud"]["in_flight"])
+        for s in cloud_sites:
+            nodes.add_metric([s], up[s])
+            in_flight.add_metric([s], asked[s])
+            stuck.add_metric([s], max((now - f.requested_s for f in ctl.in_flight.values() if f.site == s), default=0.0))
+        spend = _gauge("federation_cloud_spend_usd_month", "Cloud spend metered this month (federation time zone)")
         spend.add_metric([], doc["cloud"]["month_spend_usd"])
+        yield from (nodes, in_flight, stuck, spend)
+        if fed.policies.burst.budget_usd_per_month is not None:
+            budget = _gauge("federation_cloud_budget_usd_month", "The month's cloud budget (policies.burst.budget_usd_per_month)")
+            budget.add_metric([], fed.policies.burst.budget_usd_per_month)
+            yield budget
+
         health = doc["health"]
-        last = GaugeMetricFamily("federation_last_cycle_timestamp_seconds", "When the last scheduling cycle succeeded (Unix time; 0: none yet)")
+        last = _gauge("federation_last_cycle_timestamp_seconds", "When the last scheduling cycle succeeded (Unix time; 0: none yet)")
         last.add_metric([], health["last_cycle_s"] or 0.0)
-        stalled = GaugeMetricFamily("federation_cycle_stalled", "1 while no scheduling cycle has succeeded for ten cycles (at least 30 s)")
+        stalled = _gauge("federation_cycle_stalled", "1 while no scheduling cycle has succeeded for ten cycles (at least 30 s)")
         stalled.add_metric([], 1.0 if health["stalled"] else 0.0)
         errors = CounterMetricFamily("federation_errors", "Faults in the controller since it started, by where (cycle, dispatch)", labels=["where"])
         for where in ("cycle", "dispatch"):
             errors.add_metric([where], health["errors"].get(where, 0))
-        yield from (usage, borrowed, pending, admissions, preemptions, nodes, in_flight, spend, last, stalled, errors)
+        yield from (last, stalled, errors)
         yield from ctl.cycle_seconds.collect()
