@@ -167,3 +167,16 @@ def test_a_cycle_that_has_not_succeeded_for_its_stall_bound_is_reported_stalled(
     c.health.failed(clock[0], "cycle", "TypeError: boom")
     clock[0] += c.health.stall_after_s + 1
     assert c.status()["health"]["stalled"] is True
+
+
+def test_a_preempted_job_that_finishes_within_its_grace_is_done_not_run_again(env):
+    """Found by benchmarks/faults.py: such a job was requeued when its grace ran out and ran twice."""
+    c, site, clock = env
+    submit(c, "a")
+    c.tick()
+    c.store.update("a", stop_at_s=clock[0] + 30)  # preempted (reclaim), 30 s of grace
+    site.jobs["a-0"] = "SUCCEEDED"  # and it finishes within them
+    clock[0] += 31
+    c.tick()
+    row = c.store.get("a")
+    assert row.status == "SUCCEEDED" and row.attempt == 0 and list(site.jobs) == ["a-0"]

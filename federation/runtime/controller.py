@@ -420,13 +420,6 @@ class Controller:
             if row.status == "ADMITTED":
                 self._dispatch(row.id)  # decided before a restart or a site outage: act now
                 continue
-            if row.stop_at_s is not None and row.stop_at_s <= now:
-                try:
-                    site.stop(row.dispatch_id)
-                except SiteUnavailable:
-                    continue
-                self._requeue(row, None, "after preemption")
-                continue
             try:
                 status = site.status(row.dispatch_id)
             except SiteUnavailable:
@@ -435,15 +428,21 @@ class Controller:
                     self._requeue(row, "SiteLost", f"its site {row.site} has not answered for {now - self.unreachable_since[row.site]:.0f} s")
                 continue
             self.unreachable_since.pop(row.site, None)
+            if status in TERMINAL:  # ended, within a preemption's grace too: it is done, and never runs again
+                self.site_status.pop(row.id, None)
+                self.store.update(row.id, status=status, ended_s=now, stop_at_s=None, message=f"{status.lower()} at {row.site}")
+                continue
             if status is None:  # the site never had it, or lost it (its cluster restarted): a ghost unless requeued
                 self._requeue(row, "SiteLostJob", f"its site {row.site} no longer knows its Ray job {row.dispatch_id}")
                 continue
-            if status not in TERMINAL:
-                self.site_status[row.id] = status
-            else:
-                self.site_status.pop(row.id, None)
-            if status in TERMINAL and row.stop_at_s is None:
-                self.store.update(row.id, status=status, ended_s=now, message=f"{status.lower()} at {row.site}")
+            if row.stop_at_s is not None and row.stop_at_s <= now:
+                try:
+                    site.stop(row.dispatch_id)
+                except SiteUnavailable:
+                    continue
+                self._requeue(row, None, "after preemption")
+                continue
+            self.site_status[row.id] = status
 
     # ---- what people see ----
 
