@@ -16,9 +16,9 @@ import typer
 from rich.console import Console
 
 from federation import config as config_mod
-from federation.errors import ConfigError, FederationError
+from federation.errors import ConfigError, FederationError, Unreachable
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Federate GPU capacity across an IDC and public clouds.")
+app = typer.Typer(no_args_is_help=True, help="Federate GPU capacity across an IDC and public clouds.")
 mig_app = typer.Typer(no_args_is_help=True, help="MIG profiles and partition planning.")
 app.add_typer(mig_app, name="mig")
 trace_app = typer.Typer(no_args_is_help=True, help="Job traces.")
@@ -26,6 +26,8 @@ app.add_typer(trace_app, name="trace")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in benchmarks/README.md).")
 app.add_typer(bench_app, name="bench")
 err = Console(stderr=True)
+if not err.is_terminal:  # piped: messages (a `ray job submit` hint among them) are not wrapped at 80 columns
+    err.width = 10_000
 
 
 def out() -> Console:
@@ -46,13 +48,28 @@ def api_get(address: str, path: str, token: str | None):
     try:
         r = requests.get(f"{address}{path}", headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10)
     except requests.RequestException as e:
-        raise FederationError(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
+        raise Unreachable(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
     if r.status_code in (401, 403):
         raise FederationError(f"--token: the federation at {address} said {r.status_code}: {r.text}")
     return r
 
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Federation config (default: the embedded configs/local.yaml).")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        import ray
+
+        from federation.runtime.metrics import package_version
+
+        typer.echo(f"gpu-federation {package_version()} (Ray {ray.__version__}, Python {sys.version.split()[0]})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False) -> None:
+    """Federate GPU capacity across an IDC and public clouds."""
 
 
 def load_config(path: Path | None):
@@ -184,10 +201,14 @@ def trace_generate(
 
 
 @app.command()
-def compare(a: Annotated[Path, typer.Argument(help="A simulation output directory.")], b: Annotated[Path, typer.Argument(help="Another one.")]) -> None:
+def compare(a: Annotated[Path, typer.Argument(help="A simulation output directory.")], b: Annotated[Path, typer.Argument(help="Another one.")],
+            as_json: Annotated[bool, typer.Option("--json", help="Print {figure: {a, b, change}} as JSON.")] = False) -> None:
     """Two simulation reports side by side (a what-if)."""
-    from federation.simulation.compare import compare_reports
+    from federation.simulation.compare import compare_figures, compare_reports
 
+    if as_json:
+        print_json(compare_figures(a, b))
+        return
     out().print(compare_reports(a, b))
 
 
@@ -249,14 +270,17 @@ def provider_check(
 
 @app.command()
 def status(address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266",
-           token: TokenOpt = None) -> None:
+           token: TokenOpt = None, as_json: Annotated[bool, typer.Option("--json", help="Print the status document (sites, queues, jobs, ...) as JSON.")] = False) -> None:
     """Queues, nodes and pending jobs with their reasons, for a person."""
     from rich.table import Table
 
     try:
         doc = api_get(address, "/api/federation/status", token).json()
     except ValueError as e:
-        raise FederationError(f"--address: what answers at {address} is not a federation ({e})") from None
+        raise Unreachable(f"--address: what answers at {address} is not a federation ({e})") from None
+    if as_json:
+        print_json({**doc, "jobs": {"pending": doc["pending"], "running": doc["running"]}})
+        return
     con = out()
     health = doc.get("health") or {}
     if health.get("stalled"):
@@ -298,6 +322,7 @@ def explain(
     job: Annotated[str, typer.Argument(help="The job's submission id.")],
     address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266",
     token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the explanation as JSON.")] = False,
 ) -> None:
     """Why a job is where it is: its status, pending reason, site and placements."""
     from urllib.parse import quote
@@ -306,6 +331,9 @@ def explain(
     if r.status_code == 404:
         raise FederationError(f"job {job!r} is not known to the federation at {address}")
     doc = r.json()
+    if as_json:
+        print_json(doc)
+        return
     out().print(f"{doc['job']}: {doc['status']}" + (f" at {doc['site']}" if doc["site"] else ""))
     if doc["message"]:
         out().print(f"  {doc['message']}", markup=False)
@@ -335,7 +363,8 @@ def tidal_preview(
 
     fed = load_config(config)
     tz = ZoneInfo(fed.timezone)
-    t0 = parse_start(start) or datetime(2026, 1, 5)
+    today = datetime.now(tz).replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+    t0 = parse_start(start) or today + timedelta(days=(7 - today.weekday()) % 7 or 7)  # the next Monday, 00:00
     t0 = t0.replace(tzinfo=tz) if t0.tzinfo is None else t0.astimezone(tz)
     rows = []
     for h in range(hours):
@@ -490,6 +519,9 @@ def main() -> None:
         for p in e.problems:
             print(p, file=sys.stderr)
         sys.exit(2)
+    except Unreachable as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(3)
     except FederationError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

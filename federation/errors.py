@@ -52,3 +52,8 @@ class BadSubmission(FederationError):
     def __init__(self, message: str, status: int = 400):
         self.status = status
         super().__init__(message)
+
+
+class Unreachable(FederationError):
+    """A service the command needs (the federation's API) does not answer: `fedctl` exits 3 for
+    it, apart from bad input (2), so scripts can tell "try again" from "fix the command"."""

@@ -31,6 +31,13 @@ def flatten(doc: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
+def compare_figures(a: Path, b: Path) -> dict[str, dict]:
+    """Every figure of two reports: {figure: {"a", "b", "change"}} (None where a report lacks it)."""
+    fa, fb = flatten(load_report(a)), flatten(load_report(b))
+    return {k: {"a": fa.get(k), "b": fb.get(k), "change": fb[k] - fa[k] if k in fa and k in fb else None}
+            for k in sorted(set(fa) | set(fb), key=lambda k: (k.split(".")[0], k))}
+
+
 def compare_reports(a: Path, b: Path) -> Table:
     fa, fb = flatten(load_report(a)), flatten(load_report(b))
     table = Table(title=f"{a}  vs  {b}")

@@ -1,0 +1,78 @@
+"""fedctl as people and scripts use it: --version, exit codes that tell bad input (2) from an
+unreachable controller (3), --json on the read commands, defaults that mean what the help says,
+and messages that read the same piped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from federation.config import parse
+from federation.runtime.api import Serving
+from federation.runtime.controller import Controller
+from federation.runtime.localray import free_port
+from federation.store import Store
+
+from .conftest import CONFIGS
+from .test_controller_faults import CONFIG, FakeSite
+
+
+def fedctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "federation.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_version_names_the_package_and_ray():
+    r = fedctl("--version")
+    assert r.returncode == 0 and r.stdout.startswith("gpu-federation ") and "Ray 2." in r.stdout
+
+
+def test_an_unreachable_controller_exits_3_and_bad_input_exits_2_in_one_unwrapped_line(tmp_path):
+    r = fedctl("status", "--address", "http://127.0.0.1:9")
+    assert r.returncode == 3 and "no federation answers at http://127.0.0.1:9" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1  # piped: not wrapped at 80 columns
+    (tmp_path / "bad.yaml").write_text("federation: {name: x}\n")
+    assert fedctl("validate", str(tmp_path / "bad.yaml")).returncode == 2
+
+
+def test_tidal_preview_starts_on_the_next_monday_by_default():
+    fed = parse((CONFIGS / "idc-aws-gcp.yaml").read_text())
+    r = fedctl("tidal", "preview", "--config", str(CONFIGS / "idc-aws-gcp.yaml"), "--hours", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    first = datetime.fromisoformat(json.loads(r.stdout)[0]["time"])
+    today = datetime.now(ZoneInfo(fed.timezone)).date()
+    assert first.weekday() == 0 and today < first.date() <= today + timedelta(days=7) and (first.hour, first.minute) == (0, 0)
+
+
+@pytest.fixture
+def served(tmp_path):
+    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": FakeSite()})
+    c.submit({"entrypoint": "x", "submission_id": "a", "metadata": {"queue": "research", "gpus_per_task": "4"}})
+    s = Serving(c, "127.0.0.1", free_port(), cycle_s=0.2)
+    yield s.url
+    s.close()
+
+
+def test_status_and_explain_print_json_for_scripts(served):
+    import time
+
+    time.sleep(0.5)  # a cycle admits the job
+    r = fedctl("status", "--address", served, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"sites", "queues", "jobs"} <= set(doc) and [j["job"] for j in doc["jobs"]["running"]] == ["a"]
+    r = fedctl("explain", "a", "--address", served, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "RUNNING"
+
+
+def test_compare_prints_json_figure_by_figure(tmp_path):
+    for name, waited in (("a", 10.0), ("b", 25.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps({"wait_s": {"p50": waited}, "jobs": {"submitted": 3}}))
+    r = fedctl("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["wait_s.p50"] == {"a": 10.0, "b": 25.0, "change": 15.0}
