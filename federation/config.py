@@ -283,6 +283,7 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
         sites.append(Site(s.name, s.kind, s.ray_address, s.provider, tuple(groups)))
     guarantee, deserved = quota_amounts(spec)
     sites_of, burst_of = inherited(spec, "sites", None), inherited(spec, "burst", False)
+    classes_of = inherited(spec, "allowed_priority_classes", None)
     queues = tuple(
         Queue(
             name=q.name,
@@ -295,6 +296,7 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
             weight=q.weight,
             sites=tuple(sites_of[q.name]) if sites_of[q.name] is not None else None,
             burst=burst_of[q.name],
+            priority_classes=tuple(classes_of[q.name]) if classes_of[q.name] is not None else None,
         )
         for q in spec.queues
     )

@@ -68,6 +68,8 @@ def check_job(fed: Federation, job: JobSpec) -> None:
         raise JobRejected(job.id, "queue", f"unknown queue {job.queue!r}; queues are {sorted(fed.leaf_queues)}")
     if job.queue not in fed.leaf_queues:
         raise JobRejected(job.id, "queue", f"{job.queue!r} is a parent queue; submit to one of its children")
+    if q.priority_classes is not None and job.priority_class not in q.priority_classes:
+        raise JobRejected(job.id, "priority", f"queue {job.queue!r} may use the priority classes {list(q.priority_classes)}, not {job.priority_class!r}")
     if job.tasks < 1:
         raise JobRejected(job.id, "tasks", "a job needs at least one task")
     if job.min_tasks is not None and not 1 <= job.min_tasks <= job.tasks:

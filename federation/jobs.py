@@ -60,6 +60,15 @@ def problems(e: ValidationError) -> list[tuple[str, str]]:
     return out
 
 
+def default_class(fed: Federation, queue: str) -> str:
+    """The class of a job that names none: the federation's default, unless its queue may not
+    use it; then the lowest class the queue may use."""
+    allowed = next((q.priority_classes for q in fed.queues if q.name == queue), None)
+    if allowed is None or fed.default_priority.name in allowed:
+        return fed.default_priority.name
+    return min((p for p in fed.priority_classes if p.name in allowed), key=lambda p: p.value).name
+
+
 def make_job(
     fed: Federation,
     *,
@@ -99,7 +108,7 @@ def make_job(
             raise JobRejected(id, "gpus_per_task", f"{g:g} is not a whole number of thousandths of a GPU (the scheduler's unit); "
                                                    f"ask for {max(milli, 1) / 1000:g}")
     try:
-        pclass = fed.priority_class(priority)
+        pclass = fed.priority_class(priority if priority is not None else default_class(fed, queue))
     except KeyError:
         raise JobRejected(id, "priority", f"unknown priority class {priority!r}; classes are {[p.name for p in fed.priority_classes]}") from None
     models = (gpu_model,) if isinstance(gpu_model, str) else tuple(gpu_model or ())

@@ -144,6 +144,7 @@ class Queue:
     weight: float = 1.0
     sites: tuple[str, ...] | None = None  # None: every site
     burst: bool = False
+    priority_classes: tuple[str, ...] | None = None  # the classes its jobs may use; None: every class
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per loaded file

@@ -141,6 +141,9 @@ class QueueSpec(Strict):
     # is what its children do); at the top, every site and no burst
     sites: list[str] | None = None
     burst: bool | None = None
+    # the priority classes its jobs may ask for (unset: as the nearest ancestor; at the top, all),
+    # so that no submitter takes a top, non-preemptible class on a queue not meant for it
+    allowed_priority_classes: list[Name] | None = None
 
 
 class PlacementPolicy(Strict):

@@ -182,6 +182,10 @@ def _check_queues(spec: schema.FederationSpec, effective: dict[str, schema.Queue
         if window and not touched:
             continue  # the configured values were checked already
         if not window:
+            classes = {c.name for c in spec.priority_classes}
+            for ci, c in enumerate(q.allowed_priority_classes or []):
+                if c not in classes:
+                    issues.append(((*qat, "allowed_priority_classes", ci), f"unknown priority class {c!r}; classes are {sorted(classes)}"))
             if q.parent is not None and q.parent not in index:
                 issues.append(((*qat, "parent"), f"unknown parent queue {q.parent!r}"))
             for si, s in enumerate(q.sites or []):

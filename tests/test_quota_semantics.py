@@ -106,3 +106,44 @@ def test_fedctl_validate_explain_prints_what_each_queue_effectively_gets(tmp_pat
     assert rows["cv"][1:6] == ["gpu", "0", "0", "8", "12"], r.stdout
     assert rows["research"][1:6] == ["gpu", "6", "4", "16", "-"], r.stdout
     assert "cpu" in r.stdout and "not limited" in r.stdout
+
+
+CLASSES = BASE.replace("federation: {name: reclaim, timezone: UTC}", """federation: {name: reclaim, timezone: UTC}
+priority_classes:
+  - {name: online, value: 1000, preemptible: false}
+  - {name: normal, value: 100, default: true}
+  - {name: best-effort, value: 10}""") + """queues:
+  - {name: serving, deserved: {gpu: 8}, allowed_priority_classes: [online, normal]}
+  - {name: research, deserved: {gpu: 8}, allowed_priority_classes: [normal, best-effort]}
+  - {name: nlp, parent: research, deserved: {gpu: 8}}
+  - {name: scavenger, allowed_priority_classes: [best-effort]}
+"""
+
+
+def test_a_queue_takes_only_its_allowed_priority_classes_and_children_inherit_them(tmp_path):
+    from federation.errors import BadSubmission
+    from federation.runtime.controller import Controller
+    from federation.store import Store
+
+    from .test_controller_faults import FakeSite
+
+    c = Controller(parse(CLASSES), Store(tmp_path / "s.db"), {"idc": FakeSite()})
+    with pytest.raises(BadSubmission, match=r"priority: queue 'nlp' may use the priority classes \['normal', 'best-effort'\], not 'online'"):
+        c.submit({"entrypoint": "x", "metadata": {"queue": "nlp", "priority": "online"}})
+    assert c.submit({"entrypoint": "x", "submission_id": "s", "metadata": {"queue": "serving", "priority": "online"}}).id == "s"
+    c.submit({"entrypoint": "x", "submission_id": "b", "metadata": {"queue": "scavenger"}})
+    assert c._spec("b", c.store.get("b").request, 0.0).priority_class == "best-effort"  # the default class is not allowed there
+
+
+def test_fedctl_simulate_refuses_a_trace_line_with_a_class_its_queue_may_not_use(tmp_path):
+    (tmp_path / "fed.yaml").write_text(CLASSES)
+    (tmp_path / "t.jsonl").write_text(json.dumps({"id": "a", "submit_s": 0, "queue": "nlp", "tasks": 1, "gpus_per_task": 1, "duration_s": 5,
+                                                  "priority": "online"}) + "\n")
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "simulate", "--config", str(tmp_path / "fed.yaml"), "--trace", str(tmp_path / "t.jsonl"),
+                        "--out", str(tmp_path / "out"), "--no-html"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "t.jsonl:1: priority:" in r.stderr and "may use the priority classes" in r.stderr, r.stderr
+
+
+def test_an_unknown_allowed_class_is_named_by_validate():
+    with pytest.raises(ConfigError, match=r"queues.0.allowed_priority_classes.1: unknown priority class 'urgent'"):
+        parse(BASE + "queues:\n  - {name: q, deserved: {gpu: 1}, allowed_priority_classes: [normal, urgent]}\n")
