@@ -331,3 +331,4 @@ class Plan:
     pending: dict[str, PendingReason] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job id -> reserved nodes
     over_capability_since: dict[str, float] = field(default_factory=dict)  # queue -> since when (QuotaShrink)
+    wake_at_s: float | None = None  # the next time a decision may change with nothing else happening

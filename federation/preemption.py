@@ -22,10 +22,13 @@ class Candidate:
     reason: str  # Reclaim | Priority
 
 
-def candidates(job: JobSpec, running: Sequence[RunningJob], quota: QuotaTree, sites: set[str], reclaim: bool, within_deserved: bool) -> list[Candidate]:
-    """Running gangs that `job` may displace, best victim first."""
+def candidates(job: JobSpec, running: Sequence[RunningJob], quota: QuotaTree, sites: set[str], reclaim: bool, within_deserved: bool,
+               reclaimable_from: float = float("inf")) -> tuple[list[Candidate], float | None]:
+    """Running gangs that `job` may displace, best victim first; and, when reclaim passed over
+    jobs that started after `reclaimable_from` (too young to reclaim), the earliest start among them."""
     own_path = set(quota.path(job.queue))
     out: list[tuple[tuple, Candidate]] = []
+    young: float | None = None
     for r in running:
         if r.preempting or not r.spec.preemptible or r.site not in sites:
             continue
@@ -34,9 +37,12 @@ def candidates(job: JobSpec, running: Sequence[RunningJob], quota: QuotaTree, si
                 out.append(((1, r.spec.priority, -r.started_s, r.spec.id), Candidate(r, "Priority")))
         elif reclaim and within_deserved and r.spec.queue not in own_path and quota.borrowing(r.spec.queue):
             # the lender (job's queue) is within its share; the victim's queue is above its own
+            if r.started_s > reclaimable_from:
+                young = r.started_s if young is None else min(young, r.started_s)
+                continue
             out.append(((0, r.spec.priority, -r.started_s, r.spec.id), Candidate(r, "Reclaim")))
     out.sort(key=lambda t: t[0])
-    return [c for _, c in out]
+    return [c for _, c in out], young
 
 
 def select_victims(

@@ -134,6 +134,7 @@ class _Cycle:
         self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
         self.holds = Holds(self.quota, self.cluster, snap.upcoming_reserves)
         self.requests_of: dict[str, Resources] = {}  # job -> what it asks to start, for the fair-share order
+        self.wake_at: float | None = None
 
     # Indexes of the running jobs, built only when a cycle first considers preemption: most
     # cycles never do, and with tens of thousands of running jobs they would dominate.
@@ -158,7 +159,7 @@ class _Cycle:
                 self.victims.add(r.spec.id)
                 self.preemptions.append(Preemption(r.spec.id, "WindowPrepare"))
         over = self._shrink()
-        return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over)
+        return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over, self.wake_at)
 
     def _shrink(self) -> dict[str, float]:
         """Queues above their capability (a tidal window lowered it under their usage) give the
@@ -307,7 +308,11 @@ class _Cycle:
         pool = list(self.running_by_queue.get(job.queue, ()))
         if within and self.policies.preemption.reclaim:
             pool += [r for q, rs in self.running_by_queue.items() if q != job.queue and self.quota.borrowing(q) for r in rs]
-        cands = [c for c in candidates(job, pool, self.quota, set(sites), self.policies.preemption.reclaim, within) if c.job.spec.id not in self.victims]
+        min_run = self.policies.preemption.reclaim_min_runtime_s
+        found, young = candidates(job, pool, self.quota, set(sites), self.policies.preemption.reclaim, within, self.now - min_run)
+        if young is not None:  # look again when the first of them has run long enough
+            self.wake_at = min(self.wake_at or float("inf"), young + min_run)
+        cands = [c for c in found if c.job.spec.id not in self.victims]
         budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
         if not cands or budget <= 0:
             return False

@@ -158,6 +158,10 @@ class PreemptionPolicy(Strict):
     # how long a queue may stay above a capability a tidal window lowered before its excess is
     # preempted, one job at a time (the next once the previous has stopped)
     quota_shrink_delay_s: NonNegativeFloat = 300.0
+    # how long a job runs before reclaim may take it (Kueue KEP-14468's problem: without it,
+    # capacity can thrash between two queues, each reclaiming what the other just started);
+    # priority preemption inside a queue is not held back. 0 keeps reclaim immediate.
+    reclaim_min_runtime_s: NonNegativeFloat = 0.0
 
 
 class BurstPolicy(Strict):

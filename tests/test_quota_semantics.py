@@ -29,10 +29,10 @@ policies: {preemption: {grace_s: 30}}
 """
 
 
-def test_a_gpu_only_quota_reclaims_within_the_grace_through_fedctl_simulate(tmp_path):
-    """The issue's case, as a new user writes it: dev fills the 32 GPUs with 4-GPU jobs (which ask
-    CPUs and memory, as real jobs do), then prod asks for 8 GPUs. prod waited 19,000 s before."""
-    (tmp_path / "fed.yaml").write_text(TWO_TEAMS)
+def run_two_teams(tmp_path, config: str) -> list[dict]:
+    """dev fills the 32 GPUs with 4-GPU jobs (which ask CPUs and memory, as real jobs do) from
+    t = 0 to 7, then prod asks for 8 GPUs at 600; the events of `fedctl simulate`."""
+    (tmp_path / "fed.yaml").write_text(config)
     lines = [{"id": f"dev-{i}", "submit_s": i, "queue": "dev", "tasks": 1, "gpus_per_task": 4, "cpus_per_task": 16,
               "memory_gib_per_task": 64, "duration_s": 19_000} for i in range(8)]
     lines.append({"id": "prod-1", "submit_s": 600, "queue": "prod", "tasks": 1, "gpus_per_task": 8, "cpus_per_task": 32,
@@ -41,7 +41,12 @@ def test_a_gpu_only_quota_reclaims_within_the_grace_through_fedctl_simulate(tmp_
     r = subprocess.run([sys.executable, "-m", "federation.cli", "simulate", "--config", str(tmp_path / "fed.yaml"), "--trace",
                         str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "out"), "--no-html"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    events = [json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+
+
+def test_a_gpu_only_quota_reclaims_within_the_grace_through_fedctl_simulate(tmp_path):
+    """The issue's case, as a new user writes it. prod waited 19,000 s before."""
+    events = run_two_teams(tmp_path, TWO_TEAMS)
     [start] = [e["t"] for e in events if e["type"] == "start" and e["job"] == "prod-1"]
     assert start <= 600 + 30 + 10, start  # the grace, plus a cycle
     reclaimed = [e for e in events if e["type"] == "preempt"]
@@ -147,3 +152,14 @@ def test_fedctl_simulate_refuses_a_trace_line_with_a_class_its_queue_may_not_use
 def test_an_unknown_allowed_class_is_named_by_validate():
     with pytest.raises(ConfigError, match=r"queues.0.allowed_priority_classes.1: unknown priority class 'urgent'"):
         parse(BASE + "queues:\n  - {name: q, deserved: {gpu: 1}, allowed_priority_classes: [normal, urgent]}\n")
+
+
+def test_reclaim_waits_until_a_borrower_has_run_its_minimum_and_then_takes_it_at_once(tmp_path):
+    """policies.preemption.reclaim_min_runtime_s: 1200. The youngest dev job (the least work to
+    lose) started at t = 7, so reclaim may take it from 1207, and the simulator wakes for that."""
+    events = run_two_teams(tmp_path, TWO_TEAMS.replace("preemption: {grace_s: 30}", "preemption: {grace_s: 30, reclaim_min_runtime_s: 1200}"))
+    preempts = [e for e in events if e["type"] == "preempt"]
+    assert len(preempts) == 2 and all(e["reason"] == "Reclaim" for e in preempts)
+    assert 1200 <= min(e["t"] for e in preempts) <= 1207 + 1, preempts
+    [start] = [e["t"] for e in events if e["type"] == "start" and e["job"] == "prod-1"]
+    assert start <= 1207 + 30 + 10, start

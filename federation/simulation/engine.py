@@ -124,6 +124,7 @@ class Simulator:
         self.dirty = True
         self.new_pending: set[str] = set()
         self.finished = 0
+        self.decide_at: float | None = None  # the wake-up the core last asked for
         self.last_progress_s = 0.0  # the last start or finish
         self.mig = {s.name: m for s in fed.sites if (m := MigManager(fed, s.name)).active}
         self.mig_stats = {"reconfigurations": 0, "drains": 0, "drain_gpu_s": 0.0, "warm_starts": 0, "cold_starts": 0}
@@ -508,6 +509,9 @@ class Simulator:
         if plan.over_capability_since and not self.over_capability:
             self.push(t + self.fed.policies.preemption.quota_shrink_delay_s, "timer", "shrink")  # wake when the delay is up
         self.over_capability = plan.over_capability_since
+        if plan.wake_at_s is not None and plan.wake_at_s > t and plan.wake_at_s != self.decide_at:
+            self.decide_at = plan.wake_at_s
+            self.push(plan.wake_at_s, "timer", "decide")  # e.g. a borrower becomes old enough to reclaim
         self.dirty = bool(plan.admissions or plan.preemptions)
         for a in plan.admissions:
             self._start(t, a)
