@@ -297,6 +297,7 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
             sites=tuple(sites_of[q.name]) if sites_of[q.name] is not None else None,
             burst=burst_of[q.name],
             priority_classes=tuple(classes_of[q.name]) if classes_of[q.name] is not None else None,
+            max_running_jobs=q.max_running_jobs,
         )
         for q in spec.queues
     )

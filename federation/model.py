@@ -145,6 +145,7 @@ class Queue:
     sites: tuple[str, ...] | None = None  # None: every site
     burst: bool = False
     priority_classes: tuple[str, ...] | None = None  # the classes its jobs may use; None: every class
+    max_running_jobs: int | None = None  # with the queues under it; None: no limit
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per loaded file

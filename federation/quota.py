@@ -51,6 +51,7 @@ class QuotaTree:
         self._paths = {q.name: self._path(q.name) for q in queues}
         self._top_down = {n: p[::-1] for n, p in self._paths.items()}
         self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
+        self.jobs: dict[str, int] = {q.name: 0 for q in queues}  # running jobs, each counted up its path
         self.reserve = {q.name: reserve_of(q) for q in queues}
         self.held: dict[str, Resources] = {}
         self.kids_held: dict[str, Resources] = {}  # sum of held over the children, per parent
@@ -85,9 +86,11 @@ class QuotaTree:
     # ---- usage ----
 
     def add(self, leaf: str, r: Resources, sign: int = 1) -> None:
+        """One job's usage `r` starts (sign 1) or ends (-1) in `leaf`."""
         delta = r.times(sign)
         for a in self._paths[leaf]:
             self.usage[a] = self.usage[a] + delta
+            self.jobs[a] += sign
         self._refresh(leaf)
 
     def _refresh(self, leaf: str) -> None:
@@ -109,6 +112,8 @@ class QuotaTree:
         borrowing = False
         for a in self._paths[leaf]:
             q = self.queues[a]
+            if q.max_running_jobs is not None and self.jobs[a] >= q.max_running_jobs:
+                return Verdict(False, code="MaxRunningJobs", message=f"queue {a!r} runs {self.jobs[a]} jobs, its max_running_jobs")
             after = self.usage[a] + r
             if not after.fits_in(q.capability):
                 return Verdict(False, code="ExceedsCapability", message=f"queue {a!r} would use {after} above its capability {q.capability}",

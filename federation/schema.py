@@ -144,6 +144,8 @@ class QueueSpec(Strict):
     # the priority classes its jobs may ask for (unset: as the nearest ancestor; at the top, all),
     # so that no submitter takes a top, non-preemptible class on a queue not meant for it
     allowed_priority_classes: list[Name] | None = None
+    # the most jobs the queue (with the queues under it) runs at once; unset: no limit
+    max_running_jobs: PositiveInt | None = None
 
 
 class PlacementPolicy(Strict):

@@ -163,3 +163,28 @@ def test_reclaim_waits_until_a_borrower_has_run_its_minimum_and_then_takes_it_at
     assert 1200 <= min(e["t"] for e in preempts) <= 1207 + 1, preempts
     [start] = [e["t"] for e in events if e["type"] == "start" and e["job"] == "prod-1"]
     assert start <= 1207 + 30 + 10, start
+
+
+def test_a_queue_runs_at_most_its_max_running_jobs_at_once_and_the_rest_wait(tmp_path):
+    config = BASE + """queues:
+  - {name: research, deserved: {gpu: 32}, max_running_jobs: 3}
+  - {name: nlp, parent: research, deserved: {gpu: 16}}
+  - {name: cv, parent: research, deserved: {gpu: 16}, max_running_jobs: 1}
+"""
+    (tmp_path / "fed.yaml").write_text(config)
+    lines = [{"id": f"{q}-{i}", "submit_s": 0, "queue": q, "tasks": 1, "gpus_per_task": 1, "duration_s": 100} for q in ("nlp", "cv") for i in range(3)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "simulate", "--config", str(tmp_path / "fed.yaml"), "--trace",
+                        str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "out"), "--no-html"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    running, most, cv_most = set(), 0, 0
+    for e in events:
+        if e["type"] == "start":
+            running.add(e["job"])
+        elif e["type"] == "finish":
+            running.discard(e["job"])
+        most = max(most, len(running))
+        cv_most = max(cv_most, sum(1 for j in running if j.startswith("cv")))
+    assert most == 3 and cv_most == 1  # 32 GPUs were free: only the limits held the jobs back
+    assert sum(1 for e in events if e["type"] == "finish") == 6
