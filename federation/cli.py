@@ -337,6 +337,10 @@ def explain(
     out().print(f"{doc['job']}: {doc['status']}" + (f" at {doc['site']}" if doc["site"] else ""))
     if doc["message"]:
         out().print(f"  {doc['message']}", markup=False)
+    from federation.reasons import MEANING, Reason
+
+    if doc["status"] == "PENDING" and doc.get("reason") in Reason.__members__:
+        out().print(f"  {doc['reason']}: {MEANING[Reason(doc['reason'])]}", markup=False)
     for p in doc["placements"] or []:
         out().print(f"  task on {p['node']}, GPUs {p['gpus']}", markup=False)
 

@@ -188,3 +188,33 @@ def test_a_queue_runs_at_most_its_max_running_jobs_at_once_and_the_rest_wait(tmp
         cv_most = max(cv_most, sum(1 for j in running if j.startswith("cv")))
     assert most == 3 and cv_most == 1  # 32 GPUs were free: only the limits held the jobs back
     assert sum(1 for e in events if e["type"] == "finish") == 6
+
+
+def test_the_simulation_records_each_pending_reason_and_reports_why_work_waited(tmp_path):
+    """Work that waited while GPUs stood idle, and why: here a capability keeps research at 8
+    of 32 GPUs, so its other jobs wait for ExceedsCapability, and the report says how much."""
+    events = run_two_teams(tmp_path, TWO_TEAMS.replace("- {name: dev, deserved: {gpu: 16}}", "- {name: dev, deserved: {gpu: 8}, capability: {gpu: 8}}"))
+    reasons = [e for e in events if e["type"] == "pending"]
+    assert {e["reason"] for e in reasons} == {"ExceedsCapability"} and {e["job"] for e in reasons} == {f"dev-{i}" for i in range(2, 8)}
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    waited = report["waited_gpu_hours_by_reason"]["ExceedsCapability"]
+    # dev-2..7 (4 GPUs each) wait for the first pair to end at 19,000 s, dev-4..7 for the second pair, and so on
+    assert waited == pytest.approx(4 * (2 * 19_000 + 2 * 38_000 + 2 * 57_000) / 3600, rel=0.01)
+
+
+def test_every_pending_reason_the_code_gives_is_in_the_one_enumeration_with_its_meaning():
+    import re
+
+    from federation.reasons import MEANING, Reason
+
+    from .conftest import ROOT
+
+    given = set()
+    for path in [*(ROOT / "federation").rglob("*.py"), *(ROOT / "policies").rglob("*.py")]:
+        text = path.read_text()
+        given |= set(re.findall(r'PendingReason\(\s*"([A-Za-z]+)"', text))
+        given |= set(re.findall(r'code="([A-Za-z]+)"', text))
+        given |= set(re.findall(r'reasons\[[^\]]+\] = \("([A-Za-z]+)"', text))
+        given |= set(re.findall(r'_requeue\(row, "([A-Za-z]+)"', text))
+    assert len(given) >= 12 and given <= set(Reason.__members__), sorted(given - set(Reason.__members__))
+    assert set(MEANING) == set(Reason)

@@ -66,6 +66,7 @@ class JobRecord:
     preemptions: int = 0
     attempt: int = 0
     last_reason: str | None = None
+    reason_since: float | None = None  # while pending: since when it has waited for `last_reason`
 
 
 @dataclass
@@ -83,6 +84,7 @@ class SimResult:
     mig: dict = field(default_factory=dict)
     openings: list[dict] = field(default_factory=list)  # per window opening that raised a reserve: how much was ready
     forecast: dict = field(default_factory=dict)  # per kind of demand, the profile's hourly error beside the last hour's
+    wait_gpu_s: dict[str, float] = field(default_factory=dict)  # pending reason -> GPU-seconds of work that waited for it
 
 
 class Simulator:
@@ -125,6 +127,7 @@ class Simulator:
         self.new_pending: set[str] = set()
         self.finished = 0
         self.decide_at: float | None = None  # the wake-up the core last asked for
+        self.wait_gpu_s: dict[str, float] = {}  # pending reason -> GPU-seconds of work that waited for it
         self.last_progress_s = 0.0  # the last start or finish
         self.mig = {s.name: m for s in fed.sites if (m := MigManager(fed, s.name)).active}
         self.mig_stats = {"reconfigurations": 0, "drains": 0, "drain_gpu_s": 0.0, "warm_starts": 0, "cold_starts": 0}
@@ -182,6 +185,8 @@ class Simulator:
             if self.opt.progress and self.finished != done:  # counted as jobs finish: a scan here was 2x the run
                 done = self.finished
                 self.opt.progress(t, done, total)
+        for job_id in self.pending:
+            self._reason(t, job_id, None)  # what never started waited until the end
         self.ledger.close(t)
         self._sample_until(t + self.sample_every)
         scored = self._forecast_stats()
@@ -190,7 +195,7 @@ class Simulator:
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
                          tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons,
-                         mig if self.mig else {}, self.openings, scored)
+                         mig if self.mig else {}, self.openings, scored, self.wait_gpu_s)
 
     # ---- event handlers ----
 
@@ -354,7 +359,23 @@ class Simulator:
                     self.cloud[p.node]["idle_since"] = t
                     self.push(t + self.fed.policies.burst.scale_in_idle_s, "timer", "idle")
 
+    def _reason(self, t: float, job_id: str, code: str | None) -> None:
+        """A pending job's reason now (None: it started). A change is an event, and the GPUs it
+        asks for are counted as waiting for the reason it had until now, so a report can say why
+        work waited (while GPUs stood idle, say)."""
+        rec = self.jobs[job_id]
+        if code == rec.last_reason and code is not None:
+            return
+        if rec.last_reason is not None and rec.reason_since is not None:
+            gpus = rec.spec.request(rec.spec.min_tasks or rec.spec.tasks).gpu
+            self.wait_gpu_s[rec.last_reason] = self.wait_gpu_s.get(rec.last_reason, 0.0) + gpus * (t - rec.reason_since)
+        rec.reason_since = t if code is not None else None
+        if code is not None:
+            rec.last_reason = code
+            self.emit(t, "pending", job=job_id, reason=code)
+
     def _start(self, t: float, a) -> None:
+        self._reason(t, a.job_id, None)
         spec = self.pending.pop(a.job_id)
         waited_from = self.pending_since.pop(a.job_id, t)
         if spec.mig_profile is not None and self.mig:
@@ -523,7 +544,7 @@ class Simulator:
             self.emit(t, "preempt", job=p.job_id, reason=p.reason, for_job=p.for_job)
             self.push(t + grace, "stop", p.job_id, self.jobs[p.job_id].attempt, p.reason)
         for job_id, reason in plan.pending.items():
-            self.jobs[job_id].last_reason = reason.code
+            self._reason(t, job_id, reason.code)
         self._burst(t, local, plan)  # its reasons (budget, no option) refine the core's
 
     def _burst(self, t: float, local: datetime, plan) -> None:
@@ -543,7 +564,7 @@ class Simulator:
         )
         d = burst_policy.decide(self.fed, t, inp)
         for job_id, (code, _) in d.reasons.items():
-            self.jobs[job_id].last_reason = code
+            self._reason(t, job_id, code)
         if d.next_check_s is not None:
             self.push(d.next_check_s, "timer", "burst")
         for up in d.scale_up:

@@ -67,6 +67,8 @@ def build_report(res: SimResult, invariants: dict, wall_s: float) -> dict:
         **({"tidal": _readiness(res.openings)} if res.openings else {}),
         **({"forecast": res.forecast} if res.forecast else {}),
         "pending_reasons_at_end": _reasons_at_end(res),
+        # why work waited: GPU-hours of waiting jobs by their pending reason (GPUs asked x time waited)
+        "waited_gpu_hours_by_reason": {k: round(v / 3600, 3) for k, v in sorted(res.wait_gpu_s.items(), key=lambda kv: -kv[1])},
         "invariants": invariants,
         "virtual_s": round(res.end_s, 3),
         "wall_s": round(wall_s, 3),
