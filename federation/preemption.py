@@ -4,7 +4,8 @@ Two kinds, as in Kueue and Volcano:
 - Reclaim: a queue within its deserved share takes back capacity lent to queues above theirs.
 - Priority: inside one queue, a higher priority class displaces lower ones.
 Candidates are ordered borrowed work first, then lowest priority, then least run time lost
-(latest started); a victim gang is always preempted whole; non-preemptible jobs never are.
+(latest started), then fewest GPUs (of jobs that started together, the smaller loses less); a
+victim gang is always preempted whole; non-preemptible jobs never are.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ def candidates(job: JobSpec, running: Sequence[RunningJob], quota: QuotaTree, si
             continue
         if r.spec.queue == job.queue:
             if r.spec.priority < job.priority:
-                out.append(((1, r.spec.priority, -r.started_s, r.spec.id), Candidate(r, "Priority")))
+                out.append(((1, r.spec.priority, -r.started_s, r.usage.gpu_milli, r.spec.id), Candidate(r, "Priority")))
         elif reclaim and within_deserved and r.spec.queue not in own_path and quota.borrowing(r.spec.queue):
             # the lender (job's queue) is within its share; the victim's queue is above its own
             if r.started_s > reclaimable_from:
                 young = r.started_s if young is None else min(young, r.started_s)
                 continue
-            out.append(((0, r.spec.priority, -r.started_s, r.spec.id), Candidate(r, "Reclaim")))
+            out.append(((0, r.spec.priority, -r.started_s, r.usage.gpu_milli, r.spec.id), Candidate(r, "Reclaim")))
     out.sort(key=lambda t: t[0])
     return [c for _, c in out], young
 

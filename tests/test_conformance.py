@@ -1,0 +1,322 @@
+"""Scheduling scenarios of other projects' suites, re-created as our own and run through the real
+cycle (the simulator: config, trace, virtual clock). Each case names its source (KAI Scheduler's
+action tests by their `Name:`, Kueue's preemption and fair-sharing tables, Volcano's gang e2e
+cases); its outcome is derived from our contract (README, "Quotas, as the scheduler reads
+them"), and `differs` says where that contract differs from the source's and why.
+
+KAI's job kinds map to priority classes: `build` (100, not preemptible), `interactive` (75),
+`train` (50). Every node has 64 CPUs and 512 GiB unless a case says otherwise; jobs ask for GPUs
+alone unless they say otherwise (as most users write them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pytest
+
+from federation.config import parse
+from federation.jobs import make_job
+from federation.simulation.engine import SimOptions, Simulator
+from federation.simulation.traces import Trace, TraceJob
+
+CLASSES = """
+priority_classes:
+  - {name: build, value: 100, preemptible: false}
+  - {name: interactive, value: 75}
+  - {name: train, value: 50, default: true}
+"""
+
+
+@dataclass
+class J:
+    id: str
+    queue: str
+    at: float = 0.0
+    gpus: float = 1.0
+    tasks: int = 1
+    kind: str = "train"
+    dur: float = 10_000.0
+    cpus: float = 0.0
+    milli: int | None = None
+
+
+@dataclass
+class Case:
+    name: str
+    source: str
+    queues: str
+    jobs: list[J]
+    nodes: list[tuple[int, int]] = field(default_factory=lambda: [(1, 4)])  # (count, GPUs per node)
+    expect: object = None  # (events helper) -> None, asserting
+    differs: str = ""
+    policies: str = "preemption: {grace_s: 10}"
+    invalid: str = ""  # the config is refused, with this message
+
+
+class Run:
+    def __init__(self, events: list[dict]):
+        self.events = events
+
+    def start(self, job: str) -> float | None:
+        return next((e["t"] for e in self.events if e["type"] == "start" and e["job"] == job), None)
+
+    def starts(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for e in self.events:
+            if e["type"] == "start":
+                out.setdefault(e["job"], e["t"])
+        return out
+
+    def preempted(self) -> dict[str, str]:
+        return {e["job"]: e["reason"] for e in self.events if e["type"] == "preempt"}
+
+    def running_at(self, t: float) -> set[str]:
+        on: set[str] = set()
+        for e in self.events:
+            if e["t"] > t:
+                break
+            if e["type"] == "start":
+                on.add(e["job"])
+            elif e["type"] in ("finish", "preempt"):
+                on.discard(e["job"])
+        return on
+
+
+def simulate(case: Case) -> Run:
+    groups = "\n".join(f"      - {{name: g{i}, gpu_model: A100-80GB, gpus_per_node: {g}, cpus_per_node: 64, memory_gib_per_node: 512, count: {n}}}"
+                       for i, (n, g) in enumerate(case.nodes))
+    text = f"""federation: {{name: conformance, timezone: UTC}}
+{CLASSES}
+sites:
+  - name: idc
+    kind: idc
+    provider: {{kind: simulated}}
+    node_groups:
+{groups}
+queues:
+{case.queues}
+policies: {{{case.policies}}}
+"""
+    fed = parse(text)
+    jobs = []
+    for j in case.jobs:
+        gpu = {"gpu_milli_per_task": j.milli} if j.milli is not None else {"gpus_per_task": j.gpus}
+        spec = make_job(fed, id=j.id, queue=j.queue, submit_s=j.at, tasks=j.tasks, cpus_per_task=j.cpus, priority=j.kind, **gpu)
+        jobs.append(TraceJob(spec, j.dur))
+    return Run(Simulator(fed, Trace(sorted(jobs, key=lambda t: (t.spec.submit_s, t.spec.id))), SimOptions()).run().events)
+
+
+GRACE = 10  # + a cycle
+SOON = 100 + GRACE + 5  # a job submitted at 100 that preempts starts by then
+
+
+def expect_starts(**when):
+    """Each named job starts at that time (None: never)."""
+    def check(r: Run):
+        for job, t in when.items():
+            got = r.start(job)
+            assert (got is None) if t is None else (got is not None and got <= t), f"{job} started at {got}, expected {'never' if t is None else f'by {t}'}"
+    return check
+
+
+def expect_preempted(*victims, reason=None, then=None):
+    def check(r: Run):
+        got = r.preempted()
+        assert set(got) == set(victims), f"preempted {sorted(got)}, expected {sorted(victims)}"
+        if reason:
+            assert set(got.values()) <= {reason}, got
+        if then:
+            then(r)
+    return check
+
+
+def both(*checks):
+    def check(r: Run):
+        for c in checks:
+            c(r)
+    return check
+
+
+Q2 = "  - {name: q0, deserved: {gpu: 2}}\n  - {name: q1, deserved: {gpu: 2}}"
+
+CASES = [
+    # ---- allocate (KAI allocate_test.go) ----
+    Case("allocate job but does not allow to project to go over allowance", "KAI allocate_test.go",
+         "  - {name: q0, deserved: {gpu: 1}, capability: {gpu: 2}}",
+         [J("a", "q0", gpus=2, dur=100), J("b", "q0", gpus=1)],
+         expect=expect_starts(a=0, b=100)),
+    Case("allocate job but does not allow to department to go over allowance", "KAI allocate_test.go",
+         "  - {name: d0, capability: {gpu: 2}}\n  - {name: q0, parent: d0, deserved: {gpu: 2}}\n  - {name: q1, parent: d0, deserved: {gpu: 2}}",
+         [J("a", "q0", gpus=2, dur=100), J("b", "q1", gpus=1)],
+         expect=expect_starts(a=0, b=100)),
+    Case("allocate according to creation time when share is equal", "KAI allocate_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("late", "q0", at=1, gpus=4, dur=100), J("early", "q0", at=0.5, gpus=4, dur=100)],
+         expect=expect_starts(early=0.5, late=100.5)),
+    Case("allocate according to priority", "KAI allocate_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("blocker", "q0", gpus=4, dur=50, kind="build"), J("low", "q0", at=1, gpus=4, dur=100), J("high", "q0", at=2, gpus=4, dur=100, kind="interactive")],
+         expect=expect_starts(high=50, low=150)),
+    Case("1 build job pending for each queue with different share - allocate the second", "KAI allocate_test.go",
+         "  - {name: q0, deserved: {gpu: 1}}\n  - {name: q1, deserved: {gpu: 1}}",
+         [J("q0-running", "q0", gpus=2, dur=10_000, kind="build"), J("q0-next", "q0", at=1, gpus=1, kind="build"), J("q1-next", "q1", at=1, gpus=1, kind="build")],
+         nodes=[(1, 3)], expect=lambda r: (r.start("q1-next") == 1 and r.start("q0-next") >= 10_000) or pytest.fail(str(r.starts()))),
+    Case("6 pending train jobs - allocate the 1st 2 of each queue (verify the share is being updated during the allocation)", "KAI allocate_test.go", Q2,
+         [J(f"{q}-{i}", q, gpus=1) for i in range(3) for q in ("q0", "q1")],
+         expect=lambda r: (r.running_at(0) == {"q0-0", "q0-1", "q1-0", "q1-1"}) or pytest.fail(f"running {sorted(r.running_at(0))}")),
+    Case("Over provisioning with over quota, many queues to few GPUs - verify queue share is updated during the same allocation round", "KAI allocate_test.go",
+         "\n".join(f"  - {{name: q{i}, deserved: {{gpu: 1}}}}" for i in range(4)),
+         [J(f"q{i}-{k}", f"q{i}", gpus=1) for i in range(4) for k in range(2)], nodes=[(1, 2)],
+         expect=lambda r: (len({j.split('-')[0] for j in r.running_at(0)}) == 2) or pytest.fail(f"running {r.running_at(0)}")),
+    Case("Allocate Departments with smaller ratio 1st", "KAI allocate_test.go",
+         "  - {name: d0, deserved: {gpu: 1}}\n  - {name: q0, parent: d0, deserved: {gpu: 1}}\n  - {name: d1, deserved: {gpu: 3}}\n  - {name: q1, parent: d1, deserved: {gpu: 3}}",
+         [J("q0-a", "q0", gpus=1), J("q0-b", "q0", gpus=1), J("q1-a", "q1", gpus=1), J("q1-b", "q1", gpus=1), J("q1-c", "q1", gpus=1)],
+         expect=lambda r: (r.running_at(0) >= {"q0-a", "q1-a", "q1-b", "q1-c"}) or pytest.fail(f"running {r.running_at(0)}")),
+    Case("Don't allow allocation of interactive jobs above the department's deserved GPUs", "KAI allocate_test.go",
+         "  - {name: d0, deserved: {gpu: 2}, capability: {gpu: 2}}\n  - {name: q0, parent: d0, deserved: {gpu: 2}}",
+         [J("a", "q0", gpus=2, kind="interactive", dur=100), J("b", "q0", gpus=1, kind="interactive")],
+         expect=expect_starts(a=0, b=100),
+         differs="KAI caps interactive (non-preemptible-like) work at deserved; ours caps every job at capability, so the department names capability: 2"),
+    Case("try to allocate interactive after train when over-quota - train should be preempted for interactive to run", "KAI allocate_test.go",
+         "  - {name: q0, deserved: {gpu: 1}}", [J("train", "q0", gpus=4), J("inter", "q0", at=100, gpus=2, kind="interactive")],
+         expect=expect_preempted("train", reason="Priority", then=expect_starts(inter=SOON))),
+    Case("try to allocate train after interactive when over-quota - train should not run", "KAI allocate_test.go",
+         "  - {name: q0, deserved: {gpu: 1}}", [J("inter", "q0", gpus=4, kind="interactive"), J("train", "q0", at=100, gpus=2)],
+         expect=both(expect_preempted(), expect_starts(train=10_000))),
+    Case("don't allow job over QUEUE deserved CPU", "KAI allocate_test.go",
+         "  - {name: q0, deserved: {gpu: 4, cpu: 8}, capability: {cpu: 8}}", [J("a", "q0", gpus=1, cpus=8, dur=100), J("b", "q0", gpus=1, cpus=4)],
+         expect=expect_starts(a=0, b=100),
+         differs="deserved is an entitlement, not a cap (Kueue's nominal quota): a queue that must not pass 8 CPUs names capability: {cpu: 8}"),
+    Case("don't allow job over DEPARTMENT deserved CPU", "KAI allocate_test.go",
+         "  - {name: d0, capability: {cpu: 8}}\n  - {name: q0, parent: d0, deserved: {gpu: 4}}",
+         [J("a", "q0", gpus=1, cpus=6, dur=100), J("b", "q0", gpus=1, cpus=4)], expect=expect_starts(a=0, b=100),
+         differs="as above, with the department's capability"),
+    Case("a GPU-only quota does not hold back a job for the CPUs it asks", "ours (issue 19)",
+         "  - {name: q0, deserved: {gpu: 4}}", [J("a", "q0", gpus=1, cpus=48), J("b", "q0", gpus=1, cpus=8)], expect=expect_starts(a=0, b=0)),
+    Case("single level queue hierarchy - allocate job", "KAI allocate_test.go", "  - {name: q0, deserved: {gpu: 2}}", [J("a", "q0", gpus=2)],
+         expect=expect_starts(a=0)),
+    Case("three level queue hierarchy - allocate jobs across teams", "KAI allocate_test.go",
+         "  - {name: org}\n  - {name: dept, parent: org}\n  - {name: t0, parent: dept, deserved: {gpu: 2}}\n  - {name: t1, parent: dept, deserved: {gpu: 2}}",
+         [J("a", "t0", gpus=2), J("b", "t1", gpus=2)], expect=expect_starts(a=0, b=0)),
+    Case("four level queue hierarchy - allocate job at deepest level", "KAI allocate_test.go",
+         "  - {name: l0}\n  - {name: l1, parent: l0}\n  - {name: l2, parent: l1}\n  - {name: l3, parent: l2, deserved: {gpu: 1}}",
+         [J("a", "l3", gpus=3)], expect=expect_starts(a=0)),
+    # ---- preempt (KAI preempt_test.go, preemptGang_test.go, preemptMIG_test.go) ----
+    Case("1 train job running, 1 build job pending - preempt", "KAI preempt_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("train", "q0", gpus=4), J("build", "q0", at=100, gpus=2, kind="build")],
+         expect=expect_preempted("train", reason="Priority", then=expect_starts(build=SOON))),
+    Case("3 train job running, 1 build job pending - no need to preempt two jobs", "KAI preempt_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("t0", "q0", gpus=2), J("t1", "q0", gpus=1), J("t2", "q0", gpus=1), J("build", "q0", at=100, gpus=1, kind="build")],
+         expect=lambda r: (len(r.preempted()) == 1 and set(r.preempted()) <= {"t1", "t2"}) or pytest.fail(f"preempted {r.preempted()}"),
+         differs="all three started together, so the least work lost is the smallest job: one 1-GPU job goes"),
+    Case("3 jobs running for queue0 on 4 GPUs, 1 pending build job for queue0, deserved of queue1 is 4 - preempt", "KAI preempt_test.go",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J("t0", "q0", gpus=2), J("t1", "q0", gpus=1), J("t2", "q0", gpus=1), J("build", "q0", at=100, gpus=2, kind="build")],
+         expect=lambda r: (len(r.preempted()) >= 1 and set(r.preempted().values()) == {"Priority"} and r.start("build") <= SOON) or pytest.fail(str(r.preempted()))),
+    Case("No jobs pending - don't preempt", "KAI preempt_test.go", "  - {name: q0, deserved: {gpu: 4}}", [J("a", "q0", gpus=4)],
+         expect=expect_preempted()),
+    Case("Lower priority job should not preempt", "KAI preemptMIG_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("inter", "q0", gpus=4, kind="interactive"), J("train", "q0", at=100, gpus=1)], expect=expect_preempted()),
+    Case("Train job runs in a different queue - should not preempt", "KAI preemptMIG_test.go", Q2,
+         [J("train", "q1", gpus=2), J("other", "q0", gpus=2), J("build", "q0", at=100, gpus=1, kind="build")],
+         expect=lambda r: ("train" not in r.preempted()) or pytest.fail(str(r.preempted())),
+         differs="the build job may still preempt its own queue's train job (priority inside a queue); q1's job, within its deserved, is never taken"),
+    Case("Several jobs with different priorities preempt one", "KAI preemptMIG_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("train", "q0", gpus=4), J("inter", "q0", at=100, gpus=2, kind="interactive"), J("build", "q0", at=100, gpus=2, kind="build")],
+         expect=expect_preempted("train", reason="Priority", then=expect_starts(inter=SOON, build=SOON))),
+    Case("Classic gang preempt", "KAI preemptGang_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("t0", "q0", gpus=2), J("t1", "q0", gpus=2), J("gang", "q0", at=100, gpus=2, tasks=2, kind="build")], nodes=[(2, 2)],
+         expect=expect_preempted("t0", "t1", reason="Priority", then=expect_starts(gang=SOON))),
+    Case("preempt gang job", "KAI preemptGang_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("gang", "q0", gpus=1, tasks=4), J("build", "q0", at=100, gpus=1, kind="build")], nodes=[(2, 2)],
+         expect=expect_preempted("gang", reason="Priority", then=expect_starts(build=SOON)),
+         differs="a gang is preempted whole (Volcano and KAI may evict only the pods above minMember; ours has min_tasks for elastic gangs)"),
+    Case("3 jobs running for queue0 on 4 GPUs, 1 pending build job for queue0, no node can contain build job - don't preempt", "KAI preempt_test.go",
+         "  - {name: q0, deserved: {gpu: 8}}", [J("t0", "q0", gpus=2), J("t1", "q0", gpus=1), J("t2", "q0", gpus=1), J("big", "q0", at=100, gpus=2, tasks=3, kind="build")],
+         nodes=[(1, 4)], expect=both(expect_preempted(), expect_starts(big=None)),
+         differs="our trace reader refuses such a job outright (no site can ever hold it); the core, given it, preempts nothing"),
+    # ---- reclaim (KAI reclaim_test.go, Kueue preemption table) ----
+    Case("1 train job running for queue0, 1 train job pending for queue1 - reclaim", "KAI reclaim_test.go", Q2,
+         [J("q0-big", "q0", gpus=4), J("q1-a", "q1", at=100, gpus=2)],
+         expect=expect_preempted("q0-big", reason="Reclaim", then=expect_starts(**{"q1-a": SOON}))),
+    Case("queue0 is under fair share, queue1 is over fair share - reclaim", "KAI reclaim_test.go", Q2,
+         [J("q1-a", "q1", gpus=1), J("q1-b", "q1", gpus=1), J("q1-c", "q1", gpus=1), J("q1-d", "q1", gpus=1), J("q0-a", "q0", at=100, gpus=2)],
+         expect=lambda r: (len(r.preempted()) == 2 and set(r.preempted().values()) == {"Reclaim"} and r.start("q0-a") <= SOON) or pytest.fail(str(r.preempted()))),
+    Case("2 jobs running for queue0 on 3 GPUs, 1 job running for queue1 on 1 GPU, 1 pending job for queue1 - reclaim", "KAI reclaim_test.go", Q2,
+         [J("q0-a", "q0", gpus=2), J("q0-b", "q0", gpus=1), J("q1-a", "q1", gpus=1), J("q1-b", "q1", at=100, gpus=1)],
+         expect=expect_preempted("q0-b", reason="Reclaim", then=expect_starts(**{"q1-b": SOON})),
+         differs="the least work lost goes: q0-b (1 GPU, enough) rather than q0-a"),
+    Case("2 jobs running for queue0 on 3 GPUs, 1 job running for queue1 on 1 GPU, 1 pending job for queue1, deserved of queue1 is 1 -  don't reclaim", "KAI reclaim_test.go",
+         "  - {name: q0, deserved: {gpu: 3}}\n  - {name: q1, deserved: {gpu: 1}}",
+         [J("q0-a", "q0", gpus=2), J("q0-b", "q0", gpus=1), J("q1-a", "q1", gpus=1), J("q1-b", "q1", at=100, gpus=1)],
+         expect=both(expect_preempted(), expect_starts(**{"q1-b": 10_000}))),
+    Case("Don't reclaim if department will be overquota", "KAI reclaim_test.go",
+         "  - {name: d0, deserved: {gpu: 1}}\n  - {name: q0, parent: d0, deserved: {gpu: 2}}\n  - {name: d1, deserved: {gpu: 3}}\n  - {name: q1, parent: d1, deserved: {gpu: 3}}",
+         [J("q1-a", "q1", gpus=4), J("q0-a", "q0", at=100, gpus=2)], invalid="the children's deserved sum to 2, above this queue's 1",
+         differs="our contract refuses a department whose children deserve more than it does (so a leaf within its share never takes "
+                 "its department over); KAI accepts the config and declines the reclaim"),
+    Case("Don't reclaim for a queue whose department is over its share through a borrowing sibling", "KAI reclaim_test.go (department variant)",
+         "  - {name: d0, deserved: {gpu: 2}}\n  - {name: q0, parent: d0, deserved: {gpu: 1}}\n  - {name: q0b, parent: d0, deserved: {gpu: 1}}\n"
+         "  - {name: d1, deserved: {gpu: 2}}\n  - {name: q1, parent: d1, deserved: {gpu: 2}}",
+         [J("q1-a", "q1", gpus=2), J("q0b-a", "q0b", gpus=2), J("q0-a", "q0", at=100, gpus=2)],
+         expect=both(expect_preempted(), expect_starts(**{"q0-a": 10_000})),
+         differs="q0 asks above its own deserved, so it is not entitled to reclaim at all"),
+    Case("Classic reclaim for train jobs between departments", "KAI reclaim_test.go",
+         "  - {name: d0, deserved: {gpu: 2}}\n  - {name: q0, parent: d0, deserved: {gpu: 2}}\n  - {name: d1, deserved: {gpu: 2}}\n  - {name: q1, parent: d1, deserved: {gpu: 2}}",
+         [J("q1-a", "q1", gpus=2), J("q1-b", "q1", gpus=2), J("q0-a", "q0", at=100, gpus=2)],
+         expect=lambda r: (len(r.preempted()) == 1 and set(r.preempted()) <= {"q1-a", "q1-b"} and r.start("q0-a") <= SOON) or pytest.fail(str(r.preempted()))),
+    Case("Classic interactive job reclaim train job from different department", "KAI reclaim_test.go",
+         "  - {name: d0, deserved: {gpu: 2}}\n  - {name: q0, parent: d0, deserved: {gpu: 2}}\n  - {name: d1, deserved: {gpu: 2}}\n  - {name: q1, parent: d1, deserved: {gpu: 2}}",
+         [J("q1-a", "q1", gpus=4), J("q0-a", "q0", at=100, gpus=1, kind="interactive")],
+         expect=expect_preempted("q1-a", reason="Reclaim", then=expect_starts(**{"q0-a": SOON}))),
+    Case("Reclaim trains according to priority", "KAI reclaim_test.go", Q2,
+         [J("q1-train", "q1", gpus=2), J("q1-inter", "q1", gpus=2, kind="interactive"), J("q0-a", "q0", at=100, gpus=2)],
+         expect=expect_preempted("q1-train", reason="Reclaim")),
+    Case("Reclaim from different department and same department", "KAI reclaim_test.go",
+         "  - {name: d0, deserved: {gpu: 2}}\n  - {name: q0, parent: d0, deserved: {gpu: 1}}\n  - {name: q0b, parent: d0, deserved: {gpu: 1}}\n"
+         "  - {name: d1, deserved: {gpu: 2}}\n  - {name: q1, parent: d1, deserved: {gpu: 2}}",
+         [J("q0b-a", "q0b", gpus=2), J("q1-a", "q1", gpus=2), J("q0-a", "q0", at=100, gpus=1)],
+         expect=expect_preempted("q0b-a", reason="Reclaim", then=expect_starts(**{"q0-a": SOON})),
+         differs="the sibling that borrows inside the department gives back; the other department, within its deserved, keeps its job"),
+    Case("both departments are under deserved quota - should not reclaim", "KAI reclaim_test.go",
+         "  - {name: d0, deserved: {gpu: 2}}\n  - {name: q0, parent: d0, deserved: {gpu: 2}}\n  - {name: d1, deserved: {gpu: 2}}\n  - {name: q1, parent: d1, deserved: {gpu: 2}}",
+         [J("q1-a", "q1", gpus=2), J("q0-a", "q0", gpus=1), J("q0-b", "q0", at=100, gpus=2)],
+         expect=expect_preempted()),
+    Case("reclaim fractional train by whole GPU job", "KAI reclaimFractional_test.go", Q2,
+         [J(f"q1-f{i}", "q1", milli=500) for i in range(8)] + [J("q0-whole", "q0", at=100, gpus=1)],
+         expect=lambda r: (len(r.preempted()) == 2 and set(r.preempted().values()) == {"Reclaim"} and r.start("q0-whole") <= SOON) or pytest.fail(str(r.preempted()))),
+    Case("a queue with no quota borrows all it uses and gives it back first", "Kueue preemption: reclaim quota from borrower",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: scavenger}", [J("s", "scavenger", gpus=4), J("q0-a", "q0", at=100, gpus=4)],
+         expect=expect_preempted("s", reason="Reclaim", then=expect_starts(**{"q0-a": SOON}))),
+    Case("a borrower within its limit is not reclaimed when the lender is over its own share", "Kueue preemption: don't reclaim when lender is above nominal",
+         Q2, [J("q0-a", "q0", gpus=2), J("q1-a", "q1", gpus=2), J("q0-b", "q0", at=100, gpus=1)], expect=expect_preempted()),
+    Case("non-preemptible work is never a victim", "Kueue preemption: workloads without preemption",
+         Q2, [J("q1-build", "q1", gpus=4, kind="build"), J("q0-a", "q0", at=100, gpus=2)],
+         expect=both(expect_preempted(), expect_starts(**{"q0-a": 10_000}))),
+    # ---- gangs (Volcano gang e2e) ----
+    Case("a gang starts all its tasks at once or none", "Volcano gang: gang scheduling", "  - {name: q0, deserved: {gpu: 8}}",
+         [J("small", "q0", gpus=1, dur=100), J("gang", "q0", at=1, gpus=1, tasks=4)], nodes=[(4, 1)],
+         expect=lambda r: ([e for e in r.events if e["type"] == "admit" and e["job"] == "gang"][0]["t"] >= 100 and
+                           len([e for e in r.events if e["type"] == "admit" and e["job"] == "gang"][0]["placements"]) == 4) or pytest.fail("partial")),
+    Case("a stream of small jobs does not starve a waiting gang", "Volcano gang: starvation (reserved nodes)", "  - {name: q0, deserved: {gpu: 4}}",
+         [J(f"s{i}", "q0", at=i * 20, gpus=1, dur=100) for i in range(40)] + [J("gang", "q0", at=30, gpus=1, tasks=4, dur=50)],
+         expect=lambda r: (r.start("gang") is not None and r.start("gang") <= 300) or pytest.fail(f"gang started at {r.start('gang')}")),
+    Case("two gangs that together overfill the cluster do not deadlock holding halves", "Volcano gang: no deadlock", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("g1", "q0", gpus=1, tasks=3, dur=100), J("g2", "q0", gpus=1, tasks=3, dur=100)], nodes=[(4, 1)],
+         expect=expect_starts(g1=0, g2=100)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.source.split()[0]}: {c.name}" for c in CASES])
+def test_scenario(case: Case):
+    if case.invalid:
+        from federation.errors import ConfigError
+
+        with pytest.raises(ConfigError, match=re.escape(case.invalid)):
+            simulate(case)
+        return
+    case.expect(simulate(case))
+
+
+def test_the_suite_names_its_sources():
+    assert all(c.source for c in CASES) and len(CASES) >= 40
