@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from federation.cluster import GPU, ClusterState, NodeState, tasks_that_fit
@@ -250,8 +250,9 @@ class _Cycle:
         shape = (tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile)
         held_by = None
         if shape not in self.no_fit:
+            grown = self._elastic_cap(job)
             for site in sites:
-                placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
+                placed = place_gang(self.cluster, grown, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
                 if placed is None:
                     continue
                 usage = job.per_task.times(len(placed))
@@ -285,6 +286,21 @@ class _Cycle:
             reason = PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
         self.pending[job.id] = reason
         self._request_capacity(job)
+
+    def _elastic_cap(self, job: JobSpec) -> JobSpec:
+        """An elastic gang grows past its `min_tasks` only within its queue's deserved share. It is
+        preempted whole, so extra tasks on borrowed capacity would put its guaranteed part at risk
+        too, and a queue reclaiming them would see the gang come back at full size and take them
+        again: a loop, found by the conformance suite."""
+        if job.min_tasks is None or job.min_tasks >= job.tasks:
+            return job
+        per, most = job.per_task.as_tuple(), job.tasks
+        for a in self.quota.path(job.queue):
+            room = (self.quota.queues[a].deserved - self.quota.usage[a]).as_tuple()
+            for have, each in zip(room, per, strict=True):
+                if each > 0:
+                    most = min(most, max(0, have) // each)
+        return job if most >= job.tasks else replace(job, tasks=max(job.min_tasks, most))
 
     def _request_capacity(self, job: JobSpec) -> None:
         if self.quota.queues[job.queue].burst and self.policies.burst.enabled:
