@@ -21,7 +21,7 @@ The result is optimal for that order; tests check it against brute force on smal
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -132,7 +132,11 @@ def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[d
         busy_masks.append(np.uint64(bm))
     w = np.array([float((weights or {}).get(p, 1.0)) for p in t.profiles])
     want = np.array([demand.get(p, 0) for p in t.profiles], dtype=np.int64)
-    chosen = _solve(t, want, w, cur_idx, busy_masks, locked) if gpus and want.any() else list(cur_idx)
+    met = not gpus or (t.counts[cur_idx].sum(axis=0) >= want).all()
+    # the current layouts meet every demand: keeping them all is optimal (nothing is reconfigured,
+    # and making a GPU whole would cost a reconfiguration); the MIG managers ask this most cycles
+    chosen = list(cur_idx) if met else _solve_cached(gpu_model, tuple(int(x) for x in want), tuple(float(x) for x in w), tuple(cur_idx),
+                                                     tuple(int(b) for b in busy_masks), frozenset(locked))
     total = t.counts[chosen].sum(axis=0) if gpus else np.zeros(len(t.profiles), dtype=np.int64)
     satisfied = {p: int(min(total[i], want[i])) for i, p in enumerate(t.profiles) if want[i]}
     unsatisfied = {p: int(want[i] - satisfied[p]) for i, p in enumerate(t.profiles) if want[i] and want[i] > satisfied[p]}
@@ -150,6 +154,12 @@ def _by_counts(gpu_model: str) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty(len(t.layouts), dtype=np.int64)
     rank[np.lexsort((np.arange(len(t.layouts)), -t.free_block))] = np.arange(len(t.layouts))
     return group.ravel(), rank
+
+
+@lru_cache(maxsize=512)
+def _solve_cached(gpu_model: str, want: tuple, w: tuple, cur_idx: tuple, busy: tuple, locked: frozenset) -> list[int]:
+    """`_solve` for hashable inputs: a MIG manager asks the same question cycle after cycle."""
+    return list(_solve(table(gpu_model), np.array(want), np.array(w), list(cur_idx), [np.uint64(b) for b in busy], locked))
 
 
 def _solve(t: LayoutTable, want: np.ndarray, w: np.ndarray, cur_idx: list[int], busy_masks: list, locked: frozenset[int]) -> list[int]:
