@@ -131,6 +131,14 @@ def explain_quotas(fed) -> str:
 
 
 @app.command()
+def schema() -> None:
+    """Print the config's JSON Schema, for editors (e.g. yaml-language-server's `$schema`)."""
+    from federation.schema import FederationSpec
+
+    print_json(FederationSpec.model_json_schema())
+
+
+@app.command()
 def simulate(
     config: Annotated[Path, typer.Option("--config", "-c", help="Federation config.")],
     trace: Annotated[Path, typer.Option("--trace", help="Job trace (JSONL, or an openb pod CSV).")],
@@ -271,7 +279,7 @@ def provider_check(
 @app.command()
 def status(address: Annotated[str, typer.Option("--address", help="The federation's API.")] = "http://127.0.0.1:8266",
            token: TokenOpt = None, as_json: Annotated[bool, typer.Option("--json", help="Print the status document (sites, queues, jobs, ...) as JSON.")] = False) -> None:
-    """Queues, nodes and pending jobs with their reasons, for a person."""
+    """Queues, sites, running and waiting jobs (with their reasons), MIG layouts, cloud and spend, for a person."""
     from rich.table import Table
 
     try:
@@ -300,7 +308,50 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
     if fe := tidal.get("forecast_error"):
         con.print(f"forecast error over the last {fe['held_out_hours']} h, learned without them: {fe['profile_mae']:.2f} GPUs per queue and hour "
                   f"(\"the same as an hour ago\": {fe['last_hour_mae']:.2f})")
+    con.print(sites_table(doc))
+    if doc["running"]:
+        con.print(running_table(doc["running"]))
     con.print(pending_table(doc["pending"]))
+    for site, gpus in (doc.get("mig") or {}).items():
+        sliced = [g for g in gpus if g["layout"]]
+        if sliced:
+            con.print(f"MIG at {site}: " + "; ".join(f"{g['node']} GPU {g['gpu']}: " + "+".join(i["profile"] for i in g["layout"])
+                                                    + ("" if g["state"] == "READY" else f" ({g['state'].lower()})") for g in sliced), markup=False)
+    cloud = doc.get("cloud") or {}
+    budget = cloud.get("budget_usd_per_month")
+    con.print(f"cloud: {len(cloud.get('in_flight', []))} request(s) in flight; this month's spend {cloud.get('month_spend_usd', 0):,.2f} USD"
+              + (f" of {budget:,.0f} USD budgeted" if budget is not None else ""), markup=False)
+
+
+def sites_table(doc: dict):
+    """Each site with its nodes, GPUs and what is allocated of them."""
+    from collections import Counter
+
+    from rich.table import Table
+
+    nodes, gpus, used = Counter(), Counter(), Counter()
+    for n in doc["nodes"]:
+        nodes[n["site"]] += 1
+        gpus[n["site"]] += n["gpus"]
+    for r in doc["running"]:
+        used[r["site"]] += r.get("gpus", 0)
+    table = Table(title="sites")
+    for col in ("site", "kind", "connected", "nodes", "GPUs", "allocated GPU"):
+        table.add_column(col)
+    for s in doc["sites"]:
+        table.add_row(s["name"], s["kind"], "yes" if s["connected"] else "no", str(nodes[s["name"]]), f"{gpus[s['name']]:g}", f"{used[s['name']]:g}")
+    return table
+
+
+def running_table(running: list[dict]):
+    from rich.table import Table
+
+    table = Table(title="running jobs")
+    for col in ("job", "queue", "site", "GPUs"):
+        table.add_column(col, no_wrap=col == "job")
+    for r in running:
+        table.add_row(r["job"], r.get("queue") or "", r["site"] or "", f"{r.get('gpus', 0):g}")
+    return table
 
 
 def pending_table(pending: list[dict]):

@@ -76,3 +76,29 @@ def test_compare_prints_json_figure_by_figure(tmp_path):
     r = fedctl("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["wait_s.p50"] == {"a": 10.0, "b": 25.0, "change": 15.0}
+
+
+def test_status_for_a_person_shows_sites_running_jobs_and_spend(served):
+    import time
+
+    time.sleep(0.5)
+    r = fedctl("status", "--address", served)
+    assert r.returncode == 0, r.stderr
+    for words in ("sites", "idc", "running jobs", "research", "this month's spend 0.00 USD"):
+        assert words in r.stdout, r.stdout
+    site_row = next(line for line in r.stdout.splitlines() if line.strip("│ ").startswith("idc"))
+    assert "16" in site_row and "4" in site_row  # 2 nodes x 8 GPUs; the job holds 4
+
+
+def test_fedctl_schema_is_a_json_schema_the_canonical_config_meets_and_a_typo_breaks():
+    import jsonschema
+    import yaml
+
+    r = fedctl("schema")
+    assert r.returncode == 0, r.stderr
+    schema = json.loads(r.stdout)
+    doc = yaml.safe_load((CONFIGS / "idc-aws-gcp.yaml").read_text())
+    jsonschema.validate(doc, schema)
+    doc["queues"][0]["deserverd"] = {"gpu": 1}
+    with pytest.raises(jsonschema.ValidationError, match="deserverd"):
+        jsonschema.validate(doc, schema)

@@ -524,5 +524,6 @@ class Controller:
             "mig": {site: m.status() for site, m in self.mig.items()},
             "cloud": {"in_flight": [{"request": f.request_id, "site": f.site, "group": f.group, "count": f.count, "jobs": list(f.jobs)}
                                     for f in self.in_flight.values()],
-                      "month_spend_usd": round(self.ledger.spend(self._month(self.clock())), 2)},
+                      "month_spend_usd": round(self.ledger.spend(self._month(self.clock())), 2),
+                      "budget_usd_per_month": self.fed.policies.burst.budget_usd_per_month},
         }

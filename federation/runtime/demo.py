@@ -74,9 +74,17 @@ def run_demo(fed: Federation, console: Console, timeout_s: float = 420.0) -> boo
             if r.returncode != 0:
                 raise FederationError(f"ray job submit {job_id} failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
         started = time.time()
+        seen: dict[str, tuple] = {}
         with Live(_table(store, [], started, fed.name), console=console, refresh_per_second=2, transient=not console.is_terminal) as live:
             while time.time() - started < timeout_s:
                 live.update(_table(store, _cloud_nodes(fed, url), started, fed.name))
+                if not console.is_terminal:  # piped (CI, a log): the live table is not shown, so say what changes as it changes
+                    for r in store.jobs():
+                        now = (r.status, r.site, r.reason)
+                        if seen.get(r.id) != now:
+                            seen[r.id] = now
+                            console.print(f"{time.time() - started:5.0f} s  {r.id}: {r.status}" + (f" at {r.site}" if r.site else "")
+                                          + (f" ({r.reason})" if r.reason and r.status == "PENDING" else ""), markup=False, highlight=False)
                 if all(r.status in TERMINAL for r in store.jobs()):
                     break
                 time.sleep(1)
