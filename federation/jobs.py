@@ -49,6 +49,7 @@ class JobRequest(BaseModel):
     preemptible: bool = True
     kind: Literal["training", "inference", "batch"] | None = None
     min_tasks: Annotated[Whole, Field(ge=1, le=MAX_TASKS)] | None = None
+    max_runtime_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = None  # each run; then it is stopped and fails
 
 
 def problems(e: ValidationError) -> list[tuple[str, str]]:
@@ -86,6 +87,7 @@ def make_job(
     preemptible: bool = True,
     kind: str | None = None,
     min_tasks: int | None = None,
+    max_runtime_s: float | None = None,
 ) -> JobSpec:
     """A job spec; raises JobRejected naming the field for what cannot be a job here."""
     given = [n for n, v in (("gpus_per_task", gpus_per_task), ("gpu_milli_per_task", gpu_milli_per_task), ("mig_profile", mig_profile)) if v is not None]
@@ -125,4 +127,5 @@ def make_job(
         mig_profile=mig_profile,
         min_tasks=min_tasks,
         kind=kind,
+        max_runtime_s=max_runtime_s,
     )

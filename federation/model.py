@@ -232,6 +232,7 @@ class JobSpec:
     mig_profile: str | None = None
     min_tasks: int | None = None  # elastic gangs start with at least this many
     kind: str | None = None
+    max_runtime_s: float | None = None  # a run that lasts longer is stopped and the job fails
 
     @cached_property
     def shape_key(self) -> tuple:

@@ -180,3 +180,16 @@ def test_a_preempted_job_that_finishes_within_its_grace_is_done_not_run_again(en
     c.tick()
     row = c.store.get("a")
     assert row.status == "SUCCEEDED" and row.attempt == 0 and list(site.jobs) == ["a-0"]
+
+
+def test_a_run_past_its_max_runtime_is_stopped_and_the_job_fails_saying_why(env):
+    c, site, clock = env
+    c.submit({"entrypoint": "python x.py", "submission_id": "capped", "metadata": {"queue": "research", "gpus_per_task": "4", "max_runtime_s": "30"}})
+    c.tick()
+    clock[0] += 29
+    c.tick()
+    assert c.store.get("capped").status == "RUNNING"
+    clock[0] += 2
+    c.tick()
+    row = c.store.get("capped")
+    assert row.status == "FAILED" and "MaxRuntimeExceeded" in row.message and site.jobs["capped-0"] == "STOPPED"

@@ -218,3 +218,17 @@ def test_every_pending_reason_the_code_gives_is_in_the_one_enumeration_with_its_
         given |= set(re.findall(r'_requeue\(row, "([A-Za-z]+)"', text))
     assert len(given) >= 12 and given <= set(Reason.__members__), sorted(given - set(Reason.__members__))
     assert set(MEANING) == set(Reason)
+
+
+def test_the_simulator_stops_a_run_at_its_max_runtime_and_frees_its_gpus(tmp_path):
+    (tmp_path / "fed.yaml").write_text(TWO_TEAMS)
+    lines = [{"id": "capped", "submit_s": 0, "queue": "dev", "tasks": 4, "gpus_per_task": 8, "duration_s": 5000, "max_runtime_s": 100},
+             {"id": "next", "submit_s": 1, "queue": "dev", "tasks": 4, "gpus_per_task": 8, "duration_s": 50}]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "simulate", "--config", str(tmp_path / "fed.yaml"), "--trace",
+                        str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "out"), "--no-html"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    [done] = [e for e in events if e["type"] == "finish" and e["job"] == "capped"]
+    assert done["t"] == 100 and done["failed"] == "MaxRuntimeExceeded"
+    assert next(e["t"] for e in events if e["type"] == "start" and e["job"] == "next") == 100

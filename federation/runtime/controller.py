@@ -442,6 +442,15 @@ class Controller:
                     continue
                 self._requeue(row, None, "after preemption")
                 continue
+            limit = (self.specs.get(row.id) or self._spec(row.id, row.request, row.submitted_s)).max_runtime_s
+            if limit is not None and row.started_s is not None and now - row.started_s >= limit:
+                try:
+                    site.stop(row.dispatch_id)
+                except SiteUnavailable:
+                    continue
+                self.site_status.pop(row.id, None)
+                self.store.update(row.id, status="FAILED", ended_s=now, message=f"MaxRuntimeExceeded: stopped after max_runtime_s {limit:g} s")
+                continue
             self.site_status[row.id] = status
 
     # ---- what people see ----

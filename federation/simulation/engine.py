@@ -209,7 +209,7 @@ class Simulator:
         self.pending_since[job_id] = t
         self.new_pending.add(job_id)
 
-    def _on_finish(self, t: float, job_id: str, attempt: int) -> None:
+    def _on_finish(self, t: float, job_id: str, attempt: int, failed: str | None = None) -> None:
         rec = self.jobs[job_id]
         if rec.attempt != attempt or job_id not in self.running:
             return  # a stale finish of a run that was preempted
@@ -218,7 +218,11 @@ class Simulator:
         rec.remaining_s = 0.0
         self.finished += 1
         self.last_progress_s = t
-        self.emit(t, "finish", job=job_id)
+        self.emit(t, "finish", job=job_id, **({"failed": failed} if failed else {}))
+
+    def _on_max_runtime(self, t: float, job_id: str, attempt: int) -> None:
+        """The run reached its max_runtime_s: it is stopped, and the job ends failed (as live)."""
+        self._on_finish(t, job_id, attempt, failed="MaxRuntimeExceeded")
 
     def _on_stop(self, t: float, job_id: str, attempt: int, reason: str) -> None:
         rec = self.jobs[job_id]
@@ -397,6 +401,8 @@ class Simulator:
         # an elastic gang that started smaller runs proportionally longer
         scale = spec.tasks / len(a.placements)
         self.push(t + rec.remaining_s * scale, "finish", a.job_id, rec.attempt)
+        if spec.max_runtime_s is not None and spec.max_runtime_s < rec.remaining_s * scale:
+            self.push(t + spec.max_runtime_s, "max_runtime", a.job_id, rec.attempt)
 
     # ---- MIG ----
 
