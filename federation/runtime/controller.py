@@ -378,9 +378,9 @@ class Controller:
     def _dispatch(self, job_id: str) -> None:
         row = self.store.get(job_id)
         site = self.sites[row.site]
-        allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s),
-                                    {n.name: n.gpu_model for n in self.nodes if n.site == row.site})
         try:
+            allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s),
+                                        {n.name: n.gpu_model for n in self.nodes if n.site == row.site})
             for name in referenced(row.runtime_env):
                 if not site.has_package(name):
                     data = self.store.package(name)
@@ -442,7 +442,8 @@ class Controller:
                     continue
                 self._requeue(row, None, "after preemption")
                 continue
-            limit = (self.specs.get(row.id) or self._spec(row.id, row.request, row.submitted_s)).max_runtime_s
+            spec = self.specs.get(row.id)  # the cycle builds them; a job dispatched before a restart has none yet
+            limit = spec.max_runtime_s if spec is not None else row.request.get("max_runtime_s")
             if limit is not None and row.started_s is not None and now - row.started_s >= limit:
                 try:
                     site.stop(row.dispatch_id)
