@@ -136,3 +136,18 @@ def test_two_federations_share_a_host_and_stopping_one_leaves_the_other_running(
     b.stop()
     assert not b.cluster.processes()
     assert a.wait("a-1", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"  # b's stop ended nothing of a's
+
+
+def test_a_process_that_only_names_the_clusters_files_is_not_taken_for_part_of_it(tmp_path):
+    """Someone's `tail -f <temp dir>/session_latest/logs/...` must survive a stop: only processes
+    given the temp dir as an option (as Ray's own are) belong to the cluster."""
+    temp = temp_dir_for(str(tmp_path / "never-started.sqlite"))
+    reader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", f"{temp}/session_latest/logs/raylet.out"], start_new_session=True)
+    try:
+        cluster = LocalCluster(temp, "", "", [])
+        assert reader.pid not in {p.pid for p in cluster.processes()}
+        cluster.stop(grace_s=1)
+        assert reader.poll() is None
+    finally:
+        reader.kill()
+        reader.wait(10)

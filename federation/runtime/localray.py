@@ -102,7 +102,7 @@ class LocalCluster:
         mine = os.getpgid(0)
         roots, groups = [], set()
         for p in psutil.process_iter(["cmdline"]):
-            if any(self._names(arg) for arg in p.info["cmdline"] or ()):
+            if self._started_here(p.info["cmdline"] or ()):
                 roots.append(p)
                 try:
                     groups.add(os.getpgid(p.pid))
@@ -124,10 +124,16 @@ class LocalCluster:
         found.pop(os.getpid(), None)
         return list(found.values())
 
-    def _names(self, arg: str) -> bool:
-        """Whether a command-line argument names this cluster's temp dir (`X`, `X/...`, `--flag=X...`)."""
-        value = arg.partition("=")[2] if arg.startswith("-") else arg
-        return value == self.temp_dir or value.startswith(self.temp_dir + "/")
+    def _started_here(self, cmdline) -> bool:
+        """Whether a command line gives this cluster's temp dir as an option (`--flag=X...`, or
+        `--temp-dir X` as `ray start` takes it). A path given as a plain argument (someone's
+        `tail -f X/session_latest/logs/...`) does not count: that process is not ours to end."""
+        def ours(value: str) -> bool:
+            return value == self.temp_dir or value.startswith(self.temp_dir + "/")
+
+        args = list(cmdline)
+        return any((a.startswith("-") and ours(a.partition("=")[2])) or (a == "--temp-dir" and i + 1 < len(args) and ours(args[i + 1]))
+                   for i, a in enumerate(args))
 
     def stop(self, grace_s: float = 5.0) -> None:
         """End this cluster's processes (SIGTERM, then SIGKILL after `grace_s`), nothing else."""
