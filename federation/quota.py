@@ -202,6 +202,7 @@ def reserve_of(q: Queue) -> Resources:
     d, g, lend = q.deserved, q.guarantee, q.lending_limit
     vals = []
     for dv, gv, lv in zip(d.as_tuple(), g.as_tuple(), lend.as_tuple(), strict=True):
-        keep = dv - lv if lv < UNLIMITED else 0
+        # an unlimited deserved (a resource the queue's tree does not govern) has nothing to lend
+        keep = dv - lv if lv < UNLIMITED and dv < UNLIMITED // 2 else 0
         vals.append(min(dv, max(gv, keep)))
     return Resources(*vals)

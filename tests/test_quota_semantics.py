@@ -232,3 +232,17 @@ def test_the_simulator_stops_a_run_at_its_max_runtime_and_frees_its_gpus(tmp_pat
     [done] = [e for e in events if e["type"] == "finish" and e["job"] == "capped"]
     assert done["t"] == 100 and done["failed"] == "MaxRuntimeExceeded"
     assert next(e["t"] for e in events if e["type"] == "start" and e["job"] == "next") == 100
+
+
+def test_a_lending_limit_on_a_resource_nobody_deserves_holds_nothing_back():
+    """A parent naming a CPU lending limit over children that name GPUs alone: its deserved CPU is
+    unlimited (the children's sum), and a lending limit must not turn that into an unlimited hold."""
+    from federation.quota import QuotaTree
+
+    fed = parse(BASE + """queues:
+  - {name: research, lending_limit: {cpu: 16}}
+  - {name: nlp, parent: research, deserved: {gpu: 8}}
+""")
+    tree = QuotaTree(fed.queues, Resources.of(32, 256, 2048))
+    assert tree.held["research"].cpu_milli == 0
+    assert tree.check("nlp", Resources.of(4, 64, 256)).ok
