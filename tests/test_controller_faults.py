@@ -14,15 +14,16 @@ from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite, SiteRejected, SiteUnavailable
 from federation.store import Store
 
-CONFIG = """
-federation: {name: faults, timezone: UTC}
+# one IDC of 2 x 8 GPUs behind a site client the tests fake; other test files add their own queues
+SITES = """
 sites:
   - name: idc
     kind: idc
     ray_address: http://127.0.0.1:9
     node_groups:
       - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}
-queues:
+"""
+CONFIG = "federation: {name: faults, timezone: UTC}" + SITES + """queues:
   - {name: research, deserved: {gpu: 16}}
 """
 

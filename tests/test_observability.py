@@ -20,17 +20,9 @@ from federation.runtime.controller import Controller
 from federation.store import Store
 
 from .conftest import ROOT
-from .test_controller_faults import FakeSite
+from .test_controller_faults import SITES, FakeSite
 
-CONFIG = """
-federation: {name: watched, timezone: UTC}
-sites:
-  - name: idc
-    kind: idc
-    ray_address: http://127.0.0.1:9
-    node_groups:
-      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}
-  - name: cloud
+CONFIG = "federation: {name: watched, timezone: UTC}" + SITES + """  - name: cloud
     kind: simulated
     provider: {kind: simulated}
     node_groups:

@@ -2,7 +2,7 @@
 faults that once broke it: a `--working-dir` job (its dispatch crossed an actor boundary with
 something unpicklable, which stopped scheduling for good), a `kill -9` and a restart (running
 jobs became ghosts, the cluster was orphaned and a second started), and a second federation on
-the same host (stopping one ran `ray stop`, which ended every Ray cluster on the host)."""
+the same host (stopping one ran Ray's own stop command, which ended every Ray cluster on the host)."""
 
 from __future__ import annotations
 

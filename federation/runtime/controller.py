@@ -497,16 +497,8 @@ class Controller:
         for r in sorted((r for r in rows if r.id in specs), key=lambda r: (specs[r.id].queue, -specs[r.id].priority, r.submitted_s, r.id)):
             queue = specs[r.id].queue
             seen[queue] += 1
-            out.append({"job": r.id, "queue": queue, "position": seen[queue], "reason": r.reason, "message": r.message})
+            out.append({"job": r.id, "queue": queue, "position": seen[queue], "reason": r.reason, "message": r.message, "submitted_s": r.submitted_s})
         return out
-
-    def current_queues(self):
-        """The queues as the tidal windows active now make them."""
-        return effective_queues(self.fed, self._local(self.clock()))
-
-    def pending_since(self) -> dict[str, tuple[str, float]]:
-        """job -> (its queue, when it was submitted), for the jobs waiting now."""
-        return {r.id: (r.request.get("queue"), r.submitted_s) for r in self.store.jobs({"PENDING"})}
 
     def status(self) -> dict:
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
@@ -525,7 +517,7 @@ class Controller:
             "sites": [{"name": s.name, "kind": s.kind, "connected": s.name in self.sites} for s in self.fed.sites],
             "nodes": [{"name": n.name, "site": n.site, "gpus": n.gpus, "gpu_model": n.gpu_model} for n in self.nodes],
             "queues": [{"name": q.name, "parent": q.parent, "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),
-                        "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}
+                        "capability": q.capability.to_dict(), "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}
                        for q in effective_queues(self.fed, local)],
             "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
                       **({"forecast_prewarm_gpus": self.forecast.last_gpus, "forecast_error": self.forecast.error} if self.forecast.spec else {})},

@@ -5,8 +5,8 @@ Other people's Ray clusters may share this host, so this module touches only wha
 every cluster gets a temp dir of its own (derived from the federation's state file, so a
 restarted `fedctl up` finds the cluster its predecessor left), every `ray start` runs in a
 process group of its own, every fixed-default port is picked free, and `stop()` ends exactly the
-processes of that temp dir, their groups and their children. `ray stop` (which ends every Ray
-process on the host) is never called.
+processes of that temp dir, their groups and their children. Ray's own stop command, which ends
+every Ray process on the host, is never used.
 
 Ray binds its GCS, raylets and agents to every interface whatever `--node-ip-address` says, so
 the cluster runs with Ray's own token authentication (`RAY_AUTH_MODE=token`): a random token in

@@ -48,13 +48,12 @@ class FederationCollector:
         borrowed = _gauge("federation_queue_gpu_borrowed", "GPUs each queue uses beyond its deserved share", ["queue"])
         quota = {k: _gauge(f"federation_queue_gpu_{k}", f"Each queue's {k} in GPUs now (tidal windows applied; +Inf: no limit)", ["queue"])
                  for k in ("guarantee", "deserved", "capability")}
-        caps = {q.name: q.capability.to_dict()["gpu"] for q in ctl.current_queues()}
         for q in doc["queues"]:
             usage.add_metric([q["name"]], q["usage_gpu"])
             borrowed.add_metric([q["name"]], q["borrowed_gpu"])
             quota["guarantee"].add_metric([q["name"]], q["guarantee"]["gpu"] or 0.0)
             quota["deserved"].add_metric([q["name"]], q["deserved"]["gpu"] if q["deserved"]["gpu"] is not None else float("inf"))
-            quota["capability"].add_metric([q["name"]], caps[q["name"]] if caps.get(q["name"]) is not None else float("inf"))
+            quota["capability"].add_metric([q["name"]], q["capability"]["gpu"] if q["capability"]["gpu"] is not None else float("inf"))
         yield from (usage, borrowed, *quota.values())
 
         pending = _gauge("federation_pending_jobs", "Pending jobs by pending reason", ["reason"])
@@ -62,10 +61,10 @@ class FederationCollector:
             pending.add_metric([reason], n)
         by_queue = _gauge("federation_queue_pending_jobs", "Pending jobs by queue", ["queue"])
         oldest = _gauge("federation_queue_oldest_pending_seconds", "How long each queue's longest-waiting job has waited (0: none waits)", ["queue"])
-        waits = ctl.pending_since()
         for q in fed.leaf_queues:
-            by_queue.add_metric([q], sum(1 for p in doc["pending"] if p["queue"] == q))
-            oldest.add_metric([q], max((now - s for j, (queue, s) in waits.items() if queue == q), default=0.0))
+            mine = [p for p in doc["pending"] if p["queue"] == q]
+            by_queue.add_metric([q], len(mine))
+            oldest.add_metric([q], max((now - p["submitted_s"] for p in mine), default=0.0))
         yield from (pending, by_queue, oldest)
 
         site_gpus = _gauge("federation_site_gpus", "GPUs on each site's schedulable nodes now", ["site"])
