@@ -18,7 +18,7 @@ GPU = 1000  # milli-GPU in one GPU
 
 
 class NodeState:
-    __slots__ = ("node", "gpu_free", "cpu_free", "mem_free", "mig_free", "sig", "fit_key")
+    __slots__ = ("node", "gpu_free", "cpu_free", "mem_free", "mig_free", "tasks", "sig", "fit_key")
 
     def __init__(self, node: Node):
         self.node = node
@@ -28,6 +28,7 @@ class NodeState:
         self.cpu_free = node.cpu_milli
         self.mem_free = node.memory_mib
         self.mig_free: dict[tuple[int, str, int], None] = dict.fromkeys(_mig_instances(node))  # ordered set
+        self.tasks = 0  # how many tasks run on it: a node is idle when none do, whatever its MIG layout
         self.sig = -1  # interned (site, rack, free state); set by ClusterState
         self.fit_key = -1  # interned free state alone: what decides which tasks fit
 
@@ -116,6 +117,7 @@ class ClusterState:
             if st is None:
                 raise SnapshotError(f"job {job.id} is placed on unknown node {p.node!r}")
             self._unindex(st)
+            st.tasks += sign
             st.cpu_free -= sign * job.per_task.cpu_milli
             st.mem_free -= sign * job.per_task.memory_mib
             if p.mig is not None:

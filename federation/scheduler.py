@@ -73,7 +73,7 @@ class CycleState:
     strategy: Strategy  # kept across cycles, so its per-state score cache is too
 
     @staticmethod
-    def build(snap: Snapshot) -> CycleState:
+    def build(snap: Snapshot, strategy: Strategy | None = None) -> CycleState:
         cluster = ClusterState(snap.nodes)
         cluster.apply_running(snap.running)
         quota = QuotaTree(snap.queues or snap.federation.queues, node_capacity(snap.nodes))
@@ -81,8 +81,9 @@ class CycleState:
             if r.spec.queue not in quota.queues:
                 raise SnapshotError(f"running job {r.spec.id} is in unknown queue {r.spec.queue!r}")
             quota.add(r.spec.queue, r.usage)
-        mix = workload_mix([*snap.pending, *(r.spec for r in snap.running)])
-        return CycleState(cluster, quota, make_strategy(snap.federation.policies.placement.strategy, mix))
+        if strategy is None:  # a one-off cycle weighs by what it sees; the decision cycle by what was submitted so far
+            strategy = make_strategy(snap.federation.policies.placement.strategy, workload_mix([*snap.pending, *(r.spec for r in snap.running)]))
+        return CycleState(cluster, quota, strategy)
 
 
 def node_capacity(nodes) -> Resources:

@@ -231,6 +231,9 @@ def _options(fed: Federation, job: JobSpec, queue_sites, blocked) -> list[tuple[
                 opts.append((g, per_node))
     if fed.policies.burst.order == "cheapest":
         opts.sort(key=lambda o: math.ceil((job.min_tasks or job.tasks) / o[1]) * o[0].price_usd_per_hour)
+    # a blocked group's `fallback` is where its config says to go next (spot -> on-demand)
+    fallbacks = {(site, g.fallback) for s in fed.sites for g in s.node_groups if (site := s.name, g.name) in blocked and g.fallback}
+    opts.sort(key=lambda o: (o[0].site, o[0].name) not in fallbacks)
     return opts
 
 

@@ -47,9 +47,47 @@ def workload_mix(jobs: Iterable[JobSpec], top: int = 12) -> tuple[tuple[Shape, f
         s = shape_of(j)
         if s is not None:
             counts[s] += j.tasks
+    return _top(counts, top)
+
+
+def _top(counts: Counter[Shape], top: int = 12) -> tuple[tuple[Shape, float], ...]:
     common = counts.most_common(top)
     total = sum(n for _, n in common)
     return tuple((s, n / total) for s, n in common) if total else ()
+
+
+class MixTally:
+    """The workload mix of the jobs submitted so far, as both the simulator and the live
+    controller see them arrive (neither knows the jobs to come). The mix is refreshed when the
+    tally has grown by a quarter: often while a federation is young, rarely later, so the
+    placement scores cached for a mix stay valid most of the time.
+
+    The tally starts with one task of one whole GPU: before a federation has seen much, whole GPUs
+    are assumed wanted (as KAI's GPU-sharing order assumes: shared jobs pack onto GPUs already
+    shared, leaving whole GPUs whole); the observed mix outweighs this prior within a few jobs."""
+
+    GROWTH = 1.25
+    PRIOR = Shape(GPU, 1)
+
+    def __init__(self):
+        self.counts: Counter[Shape] = Counter({self.PRIOR: 1})
+        self.total = 0  # tasks tallied (the prior aside)
+        self.refreshed_at = 0
+        self.mix: tuple[tuple[Shape, float], ...] = ()
+
+    def add(self, jobs: Iterable[JobSpec]) -> bool:
+        """Tally new submissions; True when the mix changed."""
+        for j in jobs:
+            s = shape_of(j)
+            if s is not None:
+                self.counts[s] += j.tasks
+                self.total += j.tasks
+        if self.total == self.refreshed_at or self.total < self.refreshed_at * self.GROWTH:
+            return False
+        self.refreshed_at = self.total
+        mix = _top(self.counts)
+        changed, self.mix = mix != self.mix, mix
+        return changed
 
 
 def gpu_fragment(gpu_free: Iterable[int], cpu_free: int, mem_free: int, shape: Shape) -> int:

@@ -3,8 +3,8 @@
 Each request is one `run_instances` call with MinCount = MaxCount (all or nothing: a gang cannot
 use half its nodes), from the site's launch template (made by `infra/terraform/aws`), with the
 federation's tags applied at launch, so an instance is never untagged. Subnets are tried in
-order on a capacity error (zone failover), then the base class falls back to the group's
-`fallback` (spot -> on-demand). botocore's own retries are off: retries happen once, in
+order on a capacity error (zone failover); past that the request fails as data and the decision
+cycle fails over to the group's `fallback` (spot -> on-demand) or another option. botocore's own retries are off: retries happen once, in
 `providers.retrying`, after classification.
 """
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from federation.model import NodeGroup
 from federation.store import CloudRequest, RequestLedger
-from providers.errors import CAPACITY, QUOTA, ProviderFailure
+from providers.errors import ProviderFailure
 from providers.retrying import retried
 
 log = logging.getLogger("federation.providers")
@@ -50,6 +50,7 @@ class ProvidedNode:
     group: str
     request_id: str
     schedulable: bool = True  # False while cordoned: its running work stays, nothing new lands
+    rack: str | None = None  # as the inventory labels it (Kubernetes: the group's rack_label); None: the group's own
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,11 @@ class Provider(ABC):
 
 
 class CloudProvider(Provider):
-    """Ledger-backed idempotency, fallback, retries and reconciliation for AWS, GCP and Terraform.
+    """Ledger-backed idempotency, retries and reconciliation for AWS, GCP and Terraform.
+
+    A request is for its node group only: when the cloud has no capacity (or quota) for it, the
+    request fails as data, and the decision cycle blocks that option and picks the next one (the
+    group's `fallback` first), as the simulator shows it.
 
     A subclass says how to list its tagged instances, launch some for a request, and terminate
     some; this class decides when. Requests run on one background thread, in order, so that
@@ -147,7 +152,8 @@ class CloudProvider(Provider):
 
     def _fulfil(self, req: CloudRequest) -> None:
         try:
-            ids = self._launch_with_fallback(req)
+            group = self.groups[req.group]
+            ids = retried(lambda: self._attempt(req, group))
             with self._lock:  # against a cancel() at this very moment
                 cancelled = self.ledger.get(req.id).state != "REQUESTED"
                 if not cancelled:
@@ -179,20 +185,6 @@ class CloudProvider(Provider):
         except ProviderFailure:
             return  # the next reconcile terminates them: their request is no longer live
         self.release(partial)
-
-    def _launch_with_fallback(self, req: CloudRequest) -> list[str]:
-        group = self.groups[req.group]
-        try:
-            return retried(lambda: self._attempt(req, group))
-        except ProviderFailure as f:
-            fallback = self.groups.get(group.fallback or "")
-            if f.kind not in (CAPACITY, QUOTA) or fallback is None:
-                raise
-            live = sum(1 for i in retried(self._instances) if i.group == fallback.name)
-            if live + req.count > fallback.max_nodes:
-                raise ProviderFailure(f.kind, f"{f.message}; fallback {fallback.name} is at max_nodes={fallback.max_nodes}") from None
-            log.info("%s: %s for %s; falling back to %s", self.site, f.kind, group.name, fallback.name)
-            return retried(lambda: self._attempt(req, fallback))
 
     def list_nodes(self) -> list[ProvidedNode] | None:
         try:

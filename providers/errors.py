@@ -2,8 +2,9 @@
 
 - Transient: throttling, 5xx, connection resets. Retried in place (`providers.retrying`).
 - Capacity: the cloud has no such machines now (spot or zone exhausted). Not retried in place:
-  the caller fails over to the group's fallback, another zone, group or site.
-- Quota: an account limit. Treated like capacity by the policy, but it will not clear soon.
+  the decision cycle (`federation.cycle.BLOCKS`) blocks the group and fails over to its fallback,
+  another group or site.
+- Quota: an account limit. It will not clear soon: the cycle blocks the whole site for longer.
 - Auth: credentials missing or refused. An operator must act.
 - InvalidRequest: the request itself is wrong (unknown template, bad machine type).
 """

@@ -106,7 +106,7 @@ class KubernetesInventory(Provider):
             if n.group is None:
                 self._errors.append(ProviderError("-", INVALID, f"node {n.name}: GPU product {n.product!r} matches no node group of "
                                                               f"{self.site.name} (set a node group's gpu_model to it)"))
-        return [ProvidedNode(n.name, self.site.name, n.group, "", n.schedulable) for n in found if n.group and n.ready]
+        return [ProvidedNode(n.name, self.site.name, n.group, "", n.schedulable, n.rack) for n in found if n.group and n.ready]
 
     def request(self, request_id: str, group: NodeGroup, count: int) -> None:
         self._errors.append(ProviderError(request_id, INVALID, f"{self.site.name} is a fixed Kubernetes fleet; it cannot add nodes"))

@@ -37,8 +37,8 @@ def ray_cluster():
     """One local Ray cluster for the session, what fedctl up starts: logical GPUs, Ray's token
     auth, free ports. Stopped by its own processes: other Ray clusters on the host go on."""
     from federation.config import parse
+    from federation.inventory import config_nodes
     from federation.runtime.localray import start_local_ray
-    from federation.runtime.sites import config_nodes
 
     cluster = start_local_ray(config_nodes(parse(LIVE_CONFIG, "live.yaml"), ["idc"]))
     yield cluster

@@ -30,15 +30,18 @@ sites:
     kind: aws
     ray_address: http://127.0.0.1:9
     provider: {{kind: aws, region: us-east-1, launch_template: {template}, subnet_ids: [{subnet}], endpoint_url: {endpoint}}}
-    node_groups:
-      - {{name: p4d, instance_type: p4d.24xlarge, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96,
-         memory_gib_per_node: 1152, max_nodes: 4, price_usd_per_hour: 30, boot_s: 300}}
+    node_groups: {groups}
 queues:
   - {{name: research, deserved: {{gpu: 8}}, burst: true}}
 policies:
   burst: {{enabled: true, pending_wait_s: 60, budget_usd_per_hour: 200, provisioning_timeout_s: 600, scale_in_idle_s: 300}}
   tidal: {tidal}
 """
+
+
+P4D = """
+      - {name: p4d, instance_type: p4d.24xlarge, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96,
+         memory_gib_per_node: 1152, max_nodes: 4, price_usd_per_hour: 30, boot_s: 300}"""
 
 
 @pytest.fixture
@@ -49,8 +52,9 @@ def cloud(moto_server, tmp_path, request):
     template = f"tpl-{uuid.uuid4().hex[:6]}"
     ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData={"ImageId": "ami-12c6146b"})
     proxy = FaultyProxy(moto_server)
-    tidal = getattr(request, "param", "[]")  # a test may give the config tidal policies
-    fed = parse(CONFIG.format(fed=f"ctl-{uuid.uuid4().hex[:6]}", template=template, subnet=subnet, endpoint=proxy.url, tidal=tidal))
+    given = getattr(request, "param", {})  # a test may give the config tidal policies or other node groups
+    fed = parse(CONFIG.format(fed=f"ctl-{uuid.uuid4().hex[:6]}", template=template, subnet=subnet, endpoint=proxy.url,
+                              tidal=given.get("tidal", "[]"), groups=given.get("groups", P4D)))
     clock = [1_800_000_000.0]
     made = []
 
@@ -123,6 +127,33 @@ def test_a_restart_mid_scale_up_resumes_the_request_without_a_second_launch(clou
     assert ctl2.store.get("big").site == "aws"
 
 
+SPOT_THEN_ON_DEMAND = """
+      - {name: spot, instance_type: p4d.24xlarge, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96,
+         memory_gib_per_node: 1152, max_nodes: 4, price_usd_per_hour: 12, boot_s: 300, spot: true, fallback: ondemand}
+      - {name: other, instance_type: p4d.24xlarge, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96,
+         memory_gib_per_node: 1152, max_nodes: 4, price_usd_per_hour: 20, boot_s: 300}
+      - {name: ondemand, instance_type: p4d.24xlarge, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96,
+         memory_gib_per_node: 1152, max_nodes: 4, price_usd_per_hour: 30, boot_s: 300}"""
+
+
+@pytest.mark.parametrize("cloud", [{"groups": SPOT_THEN_ON_DEMAND}], indirect=True)
+def test_no_spot_capacity_fails_the_request_and_the_next_cycle_asks_the_spot_groups_fallback(cloud):
+    """Failover is the cycle's decision (as the simulator replays it): the provider reports the
+    capacity error as data, the cycle blocks the spot group and asks its `fallback` next, ahead of
+    the other groups in the config's order."""
+    controller, clock, proxy, instances = cloud
+    proxy.add(ec2_error("InsufficientInstanceCapacity", when=["Action=RunInstances", "MarketType=spot"]))
+    ctl, prov = requested_on_cloud(controller, clock)
+    assert instances() == [] and [r.group for r in ctl.ledger.requests("aws")] == ["spot"]
+    clock[0] += 1
+    ctl.tick()  # learns of the failure: blocks spot, asks for its fallback in the same cycle
+    prov.wait(60)
+    spot, ondemand = sorted(ctl.ledger.requests("aws"), key=lambda r: r.group != "spot")
+    assert (spot.state, ondemand.group, ondemand.jobs) == ("FAILED", "ondemand", ["big"])
+    assert ("aws", "spot") in ctl.cycle.blocked and ("aws", "ondemand") not in ctl.cycle.blocked
+    assert len(instances()) == 2 and ctl.store.get("big").reason == "WaitingForBurst"
+
+
 def requested_on_cloud(controller, clock):
     """A controller whose gang "big" did not fit the IDC and made the burst request (delivered once the provider is done)."""
     ctl, prov = controller()
@@ -146,7 +177,7 @@ def test_capacity_that_is_not_ready_in_time_is_released_and_the_option_blocked(c
     prov.wait(60)
     assert instances() == []
     [req] = ctl.ledger.requests("aws")
-    assert req.state == "CANCELLED" and ("aws", "p4d") in ctl.blocked
+    assert req.state == "CANCELLED" and ("aws", "p4d") in ctl.cycle.blocked
 
 
 def test_reconcile_at_start_terminates_instances_unknown_to_the_journal(cloud, tmp_path):
@@ -197,7 +228,7 @@ def test_a_failed_listing_is_not_an_empty_cloud(cloud):
     assert ctl.store.get("big").status == "ADMITTED" and ctl.ledger.requests("aws")[0].state == "DELIVERED"
 
 
-@pytest.mark.parametrize("cloud", ["[{name: prewarm, forecast: {history_days: 7, lead_s: 900}}]"], indirect=True)
+@pytest.mark.parametrize("cloud", [{"tidal": "[{name: prewarm, forecast: {history_days: 7, lead_s: 900}}]"}], indirect=True)
 def test_the_forecast_learned_from_the_journal_boots_nodes_ahead_of_the_evening_peak(cloud, tmp_path):
     """A week of 16-GPU research gangs from 20:00 to 22:00 in the journal; at 19:46 the next day
     the controller asks for the one node the IDC's 8 GPUs leave short, for no job yet."""

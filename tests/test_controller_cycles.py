@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from federation.config import parse
+from federation.cycle import DecisionCycle
 from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
 from federation.store import JobRow, Store
@@ -18,10 +19,10 @@ def ctl(tmp_path, monkeypatch):
     clock = [at(12)]
     c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: clock[0])
     seen: list[set[str]] = []
-    import federation.runtime.controller as mod
+    import federation.cycle as mod
 
     real = mod.schedule
-    monkeypatch.setattr(mod, "schedule", lambda snap, now: (seen.append({j.id for j in snap.pending}), real(snap, now))[1])
+    monkeypatch.setattr(mod, "schedule", lambda snap, now, state=None: (seen.append({j.id for j in snap.pending}), real(snap, now, state))[1])
     return c, clock, seen
 
 
@@ -43,7 +44,7 @@ def test_after_only_arrivals_a_cycle_looks_at_the_new_jobs_and_a_full_one_follow
     c.tick()
     assert seen[-1] == {"w3"}  # only it is new; w1 and w2 would fail as before
     assert c.store.get("w3").reason == "ExceedsCapability" and c.store.get("w1").reason == "ExceedsCapability"
-    clock[0] += Controller.FULL_CYCLE_S
+    clock[0] += DecisionCycle.FULL_EVERY_S
     c.tick()
     assert seen[-1] == {"w1", "w2", "w3"}
 

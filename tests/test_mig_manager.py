@@ -207,7 +207,8 @@ def test_the_day_and_night_tide_in_the_simulator(tmp_path: Path):
     warm pool and the day window avoid cold starts that a bare MIG manager has."""
     base = Path(__file__).parent.parent / "configs" / "mig-tide.yaml"
     trace = tmp_path / "tide.jsonl"
-    recs = generate({"inference": "online", "training": "research", "batch": "research"}, jobs=300, days=1, seed=3, inference_mig="1g.10gb")
+    # the config's own command: two days, so that training waits for whole GPUs on a night
+    recs = generate({"inference": "online", "training": "research", "batch": "research"}, jobs=600, days=2, seed=3, inference_mig="1g.10gb")
     trace.write_text("".join(json.dumps(r) + "\n" for r in recs))
     text = base.read_text()
     bare = text.split("  tidal:")[0] + "  mig:\n    layouts:\n      inference-small: {1g.10gb: 7}\n"

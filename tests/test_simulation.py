@@ -189,9 +189,9 @@ def test_the_openb_reader_maps_qos_to_queues():
 
 
 def test_every_pending_job_gets_a_reason_in_every_cycle(small, monkeypatch):
-    import federation.simulation.engine as engine
+    import federation.cycle as cycle
 
-    real = engine.schedule
+    real = cycle.schedule
     seen = []
 
     def checked(snap, now, state=None):
@@ -202,7 +202,7 @@ def test_every_pending_job_gets_a_reason_in_every_cycle(small, monkeypatch):
         seen.append(len(ids))
         return plan
 
-    monkeypatch.setattr(engine, "schedule", checked)
+    monkeypatch.setattr(cycle, "schedule", checked)
     many = generate({"inference": "online", "training": "train", "batch": "train"}, jobs=300, days=0.25, seed=11, max_gang_nodes=4)
     trace = Trace([TraceJob(job(r["id"], r["queue"], tasks=r["tasks"], gpus=r.get("gpus_per_task", r.get("gpu_milli_per_task", 0) / 1000),
                                 submit=r["submit_s"]), r["duration_s"]) for r in many])

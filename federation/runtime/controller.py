@@ -13,32 +13,32 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from prometheus_client import Histogram
 
+from federation.cycle import DecisionCycle, Decisions, Observation, ProvisionFailure
 from federation.errors import BadSubmission, JobRejected
 from federation.feasibility import check_job
+from federation.inventory import config_nodes, group_node
 from federation.jobs import make_job
-from federation.mig.manager import CAPACITY_REASONS, MigManager
-from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
+from federation.mig.manager import MigManager
+from federation.model import Federation, JobSpec, Node, RunningJob, TaskPlacement
 from federation.runtime.forecasting import LiveForecast
 from federation.runtime.health import CycleHealth
 from federation.runtime.mig import live_mig
 from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
-from federation.runtime.sites import TERMINAL, RaySite, SiteRejected, SiteUnavailable, config_nodes
+from federation.runtime.sites import TERMINAL, RaySite, SiteRejected, SiteUnavailable
 from federation.runtime.submission import read_submission
-from federation.scheduler import Snapshot, incremental_pending, schedule
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
 from policies.tidal import (
     active_policies,
-    effective_burst,
     effective_queues,
     next_transition,
-    upcoming_reserves,
 )
 from providers.base import Provider
 
@@ -46,12 +46,9 @@ from providers.base import Provider
 class Controller:
     #: how often each cloud site is reconciled against the ledger (also once at start-up)
     RECONCILE_S = 300.0
-    FULL_CYCLE_S = 5.0  # the longest between cycles that look at every waiting job
     #: how long a site may go unanswered before the jobs it runs are queued again elsewhere
     #: (MultiKueue's workerLostTimeout, 15 min: long enough that a restart of the site's head is not a loss)
     SITE_LOST_S = 900.0
-    #: how long a site/group that failed for capacity is skipped by the burst policy
-    BLOCK_S = 600.0
     #: how long an uploaded package is kept before a job must refer to it (Ray's client uploads, then submits)
     PACKAGE_KEEP_S = 3600.0
 
@@ -63,15 +60,14 @@ class Controller:
         self.inventories = inventories or {}  # fixed fleets whose nodes an API lists (Kubernetes)
         self.ledger = ledger or RequestLedger()
         self.in_flight: dict[str, burst_policy.InFlight] = {}
-        self.blocked: dict[tuple[str, str], float] = {}
-        self.idle_since: dict[str, float] = {}
+        self.delivered: dict[str, int] = {}  # request -> how many of its nodes are listed now
+        self.failed: list[ProvisionFailure] = []  # since the last cycle
         self.cloud_nodes: tuple[Node, ...] = ()
         self.config_nodes = config_nodes(fed, [s for s in sites if s not in self.inventories])
         self.fixed_nodes = self.config_nodes
-        self.last_plan = None
-        self.last_state: tuple | None = None
-        self.last_pending: set[str] = set()
-        self.last_full_s = float("-inf")
+        self.cycle = DecisionCycle(fed)
+        self.last_pending: set[str] = set()  # what waited at the last cycle: the rest arrived since
+        self.history_read = False
         # what each site last said of the jobs it holds: a dispatched job is RUNNING to Ray's
         # users only once its site runs it (until then its driver is still starting there)
         self.site_status: dict[str, str] = {}
@@ -177,32 +173,24 @@ class Controller:
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
         self.specs = specs
-        covered = frozenset(j for f in self.in_flight.values() for j in f.jobs)
         nodes = self.nodes
         for m in self.mig.values():
             nodes = tuple(m.view(nodes))
-        # the quotas of the tidal windows active now (and the reserves of those about to open), as the simulator applies them
         local = self._local(now)
-        queues, upcoming = effective_queues(self.fed, local), upcoming_reserves(self.fed, local)
-        last = self.last_plan
-        # Only arrivals since the last cycle (the same running jobs, nodes, quotas, and a last
-        # plan that admitted and preempted nothing): what waited then would wait the same way,
-        # so only the new jobs are looked at, as in the simulator. A full cycle still runs at
-        # least every FULL_CYCLE_S, and only full cycles drive burst, whose requests come from
-        # every waiting job.
-        state = (frozenset((r.spec.id, r.preempting) for r in running), nodes, queues, covered, tuple(sorted(upcoming.items())))
         by_id = {j.id: j for j in pending}
-        full = (last is None or last.admissions or last.preemptions or state != self.last_state
-                or now - self.last_full_s >= self.FULL_CYCLE_S or not self.last_pending <= by_id.keys())
-        considered = incremental_pending(by_id, set(by_id) - self.last_pending, last.reservations if last else {}, full)
-        plan = schedule(Snapshot(self.fed, nodes, tuple(running), considered, queues, burst_in_flight=covered,
-                                 reservations=last.reservations if last else {},
-                                 over_capability_since=last.over_capability_since if last else {},
-                                 upcoming_reserves=upcoming), now)
-        self.last_plan, self.last_state, self.last_pending = plan, state, set(by_id)
-        if full:
-            self.last_full_s = now
-        for a in plan.admissions:
+        in_flight = tuple(replace(f, count=f.count - self.delivered.get(rid, 0)) for rid, f in self.in_flight.items())
+        prewarm = self.forecast.prewarm_gpus(now, sum(n.gpus for n in self.fixed_nodes)) if self.providers else 0.0
+        arrived = by_id.keys() - self.last_pending
+        d = self.cycle.step(Observation(now, local, nodes, tuple(running), by_id, arrived, self._submitted(arrived, rows), in_flight,
+                                        tuple(self.failed), self.ledger.spend(self._month(now)), prewarm))
+        self.failed, self.last_pending = [], set(by_id)
+        for site, group, why in d.blocked:
+            self.log(f"{site}: not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}")
+        for rid, why in d.cancel:
+            f = self.in_flight[rid]
+            self._cancel(rid)
+            self.log(f"{f.site}: request {rid}: {why}; released it")
+        for a in d.plan.admissions:
             row = self.store.get(a.job_id)
             placements = [p.to_dict() for p in a.placements]
             dispatch_id = f"{a.job_id}-{row.attempt}"
@@ -212,23 +200,28 @@ class Controller:
             self.admissions[a.site] += 1
             self._dispatch(a.job_id)
         grace = self.fed.policies.preemption.grace_s
-        for p in plan.preemptions:
+        for p in d.plan.preemptions:
             self.store.update(p.job_id, stop_at_s=now + grace, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
             self.preemptions[p.reason] += 1
         known = {r.id: (r.reason, r.message) for r in rows}
-        for job_id, reason in plan.pending.items():
+        for job_id, reason in d.reasons.items():
             message = f"{reason.code}: {reason.message}"
             if known.get(job_id) != (reason.code, message):  # most waiting jobs wait for the same reason as last cycle
                 self.store.update(job_id, reason=reason.code, message=message)
-        if full and self.providers:
-            self._burst(now, plan, running)
-        if self.mig:  # every cycle: it also follows the reconfigurations under way
-            reasons = {j: code for j, (code, _) in known.items()} | {j: r.code for j, r in plan.pending.items()}
-            waiting = [j for j in pending if reasons.get(j.id) in CAPACITY_REASONS]
-            for site, m in self.mig.items():
-                m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], waiting,
-                       self.forecast.mig_instances(site, now))
+        self._scale(now, d, prewarm)
+        for site, m in self.mig.items():  # every cycle: it also follows the reconfigurations under way
+            m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], d.capacity_waiting,
+                   self.forecast.mig_instances(site, now))
         self.cycle_seconds.observe(time.perf_counter() - began)
+
+    def _submitted(self, arrived, rows: list[JobRow]) -> tuple[JobSpec, ...]:
+        """Jobs first seen since the last cycle; at start, every job the store knows (the
+        federation's history: the workload mix placement weighs by)."""
+        if not self.history_read:
+            self.history_read = True
+            return tuple(self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s) for r in self.store.jobs())
+        first = {r.id for r in rows if r.attempt == 0}
+        return tuple(self.specs[j] for j in arrived if j in first)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -246,9 +239,7 @@ class Controller:
                 self.listing[site] = found
                 self.fresh.add(site)
             for pn in found:
-                g = self.fed.site(site).node_group(pn.group)
-                r = g.node_resources
-                nodes.append(Node(pn.name, site, g.name, g.gpu_model, g.gpus_per_node, r.cpu_milli, r.memory_mib, schedulable=pn.schedulable))
+                nodes.append(group_node(site, self.fed.site(site).node_group(pn.group), pn.name, pn.rack, pn.schedulable))
                 per_request[pn.request_id] = per_request.get(pn.request_id, 0) + 1
         return nodes, per_request
 
@@ -263,28 +254,22 @@ class Controller:
         self.fixed_nodes = self.config_nodes + tuple(listed)
 
     def _refresh_cloud(self, now: float) -> None:
-        """Cloud nodes are what the providers list; requests that delivered, or timed out, end."""
+        """Cloud nodes are what the providers list; requests that delivered, or failed, end (the
+        cycle decides what a failure blocks, and when a slow request is given up)."""
         nodes, seen = self._listed(self.providers)
         for site, prov in self.providers.items():
             for err in prov.errors():
                 self.log(f"{site}: {err.kind}: {err.message}")
                 f = self.in_flight.pop(err.request_id, None)
-                if f is not None and err.kind in ("Capacity", "Quota"):
-                    self.blocked[(f.site, f.group)] = now + self.BLOCK_S
+                if f is not None:
+                    self.failed.append(ProvisionFailure(f.request_id, f.site, f.group, err.kind, err.message))
         self.cloud_nodes = tuple(nodes)
-        timeout = self.fed.policies.burst.provisioning_timeout_s
+        self.delivered = seen
         for rid, f in list(self.in_flight.items()):
-            prov = self.providers[f.site]
             if seen.get(rid, 0) >= f.count:
                 del self.in_flight[rid]
-                if not prov.durable:  # cloud providers journal their own deliveries
+                if not self.providers[f.site].durable:  # cloud providers journal their own deliveries
                     self.ledger.update(rid, state="DELIVERED")
-            elif now - f.requested_s > timeout:
-                # give up: what did arrive goes back, and the next cycle tries the next option
-                self._cancel(rid)
-                self.blocked[(f.site, f.group)] = now + self.BLOCK_S
-                self.log(f"{f.site}: request {rid} for {f.count} x {f.group} not ready in {timeout:g} s; released it")
-        self.blocked = {k: t for k, t in self.blocked.items() if t > now}
 
     def _cancel(self, rid: str) -> None:
         f = self.in_flight.pop(rid)
@@ -333,27 +318,8 @@ class Controller:
             return
         self.ledger.charge(self._month(now), rate * (now - last) / 3600, now)
 
-    def _burst(self, now: float, plan, running: list[RunningJob]) -> None:
-        used: dict[str, Resources] = {}
-        for r in running:
-            for p in r.placements:
-                used[p.node] = used.get(p.node, Resources()) + r.spec.per_task
-        cloud = []
-        for n in self.cloud_nodes:
-            busy = n.name in used
-            if busy:
-                self.idle_since.pop(n.name, None)
-            else:
-                self.idle_since.setdefault(n.name, now)
-            free = Resources(n.gpus * 1000, n.cpu_milli, n.memory_mib) - used.get(n.name, Resources())
-            cloud.append(burst_policy.CloudNode(n.name, n.site, n.node_group, busy, self.idle_since.get(n.name), free))
-        enabled, budget = effective_burst(self.fed, self._local(now))
-        prewarm = self.forecast.prewarm_gpus(now, sum(n.gpus for n in self.fixed_nodes))
-        d = burst_policy.decide(self.fed, now, burst_policy.BurstInputs(
-            plan.capacity_requests, tuple(cloud), tuple(self.in_flight.values()), frozenset(self.blocked), enabled, budget,
-            self.ledger.spend(self._month(now)), prewarm))
-        for job_id, (code, msg) in d.reasons.items():
-            self.store.update(job_id, reason=code, message=f"{code}: {msg}")
+    def _scale(self, now: float, d: Decisions, prewarm: float) -> None:
+        """Ask the clouds for the nodes the cycle wants, and give back the ones it releases."""
         for up in d.scale_up:
             rid = f"burst-{uuid.uuid4().hex[:10]}"
             # journaled before the cloud is asked: a restart resumes it instead of asking twice
@@ -362,12 +328,9 @@ class Controller:
             self.providers[up.site].request(rid, self.fed.site(up.site).node_group(up.group), up.count)
             why = ", ".join(up.jobs) or f"the forecast ({prewarm:g} GPUs wanted {self.forecast.spec.lead_s:g} s ahead)"
             self.log(f"{up.site}: requested {up.count} x {up.group} for {why} (request {rid})")
-            for j in up.jobs:
-                self.store.update(j, reason="WaitingForBurst", message=f"WaitingForBurst: {up.count} node(s) of {up.site}/{up.group} requested")
         by_site: dict[str, list[str]] = {}
         for name in d.release:
             by_site.setdefault(next(n.site for n in self.cloud_nodes if n.name == name), []).append(name)
-            self.idle_since.pop(name, None)
         for site, names in by_site.items():
             self.providers[site].release(names)
             self.log(f"{site}: released {len(names)} idle node(s) (idle {self.fed.policies.burst.scale_in_idle_s:g} s): {', '.join(names)}")

@@ -16,9 +16,10 @@ from dataclasses import replace
 from datetime import datetime
 
 from federation.errors import FederationError
+from federation.inventory import config_nodes
 from federation.mig.manager import MigManager
 from federation.model import Federation, JobSpec, Node, RunningJob
-from federation.runtime.sites import SiteUnavailable, config_nodes
+from federation.runtime.sites import SiteUnavailable
 from federation.store import Store
 from providers.errors import ProviderFailure
 from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend, RayNvmlBackend

@@ -12,7 +12,6 @@ import re
 import requests
 
 from federation.errors import FederationError
-from federation.model import Federation, Node
 from federation.runtime.localray import ray_headers
 from federation.runtime.packages import PROTOCOL
 from federation.runtime.pinning import entrypoint_options, node_resource
@@ -113,12 +112,3 @@ class RaySite:
             raise SiteUnavailable(f"site {self.name}: stop failed: {e}") from None
         except ConnectionError as e:
             raise SiteUnavailable(f"site {self.name}: stop failed: {e}") from None
-
-
-def config_nodes(fed: Federation, sites: list[str]) -> tuple[Node, ...]:
-    """The fixed nodes the config lists for these sites, named `<site>/<group>-<i>` (the name
-    their Ray node carries as `federation-node/<name>`)."""
-    return tuple(
-        Node(f"{s.name}/{g.name}-{i}", s.name, g.name, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib)
-        for s in fed.sites if s.name in sites for g in s.node_groups for i in range(g.count)
-    )

@@ -11,11 +11,11 @@ from pathlib import Path
 import ray
 
 from federation.errors import FederationError
+from federation.inventory import config_nodes
 from federation.model import Federation
 from federation.runtime.access import load_tokens, subtrees
 from federation.runtime.actors import log_path, site_parts, start_actors
 from federation.runtime.localray import LocalCluster, start_local_ray
-from federation.runtime.sites import config_nodes
 
 CLUSTER_CHECK_S = 5.0  # how often `fedctl up` checks that its Ray cluster is still there
 

@@ -18,11 +18,13 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from federation.cluster import ClusterState
+from federation.cycle import DecisionCycle, Observation, ProvisionFailure
 from federation.holds import free_gpu_milli
-from federation.mig.manager import CAPACITY_REASONS, MigManager, with_layout
-from federation.model import Federation, JobSpec, Node, Resources, RunningJob
+from federation.inventory import config_nodes, group_node
+from federation.mig.manager import MigManager, with_layout
+from federation.model import Federation, JobSpec, Node, RunningJob
 from federation.quota import QuotaTree, reserve_of
-from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
+from federation.scheduler import CycleState, node_capacity
 from federation.simulation.ledger import Ledger
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
@@ -34,16 +36,14 @@ from policies.forecast import (
     mig_key,
     queue_key,
 )
-from policies.placement import make_strategy, workload_mix
+from policies.placement import make_strategy
 from policies.tidal import (
     active_policies,
-    effective_burst,
     effective_queues,
     next_transition,
-    upcoming_reserves,
 )
+from providers.errors import CAPACITY
 
-BLOCK_S = 600.0  # how long a (site, group) stays blocked after a capacity error or a timeout
 FAIL_AFTER_S = 30.0  # a failed provisioning request reports back after this long
 
 
@@ -104,11 +104,9 @@ class Simulator:
         self.running: dict[str, RunningJob] = {}
         self.nodes: dict[str, Node] = {}
         self.node_jobs: dict[str, set[str]] = {}
-        self.cloud: dict[str, dict] = {}  # cloud node -> {site, group, idle_since}
+        self.cloud: dict[str, str] = {}  # cloud node -> the request that made it
         self.in_flight: dict[str, burst_policy.InFlight] = {}
-        self.blocked: dict[tuple[str, str], float] = {}
-        self.reservations: dict = {}
-        self.over_capability: dict[str, float] = {}
+        self.failed: list[ProvisionFailure] = []  # since the last cycle
         self.ledger = Ledger()
         self.samples: list[dict] = []
         self.cloud_stats = {"peak_nodes": 0, "scale_ups": 0, "scale_downs": 0}
@@ -121,12 +119,11 @@ class Simulator:
         self.queues = fed.queues
         self.state: CycleState | None = None
         self.month, self.month_base_usd = (self.start.year, self.start.month), 0.0
-        # A full cycle looks at every pending job; after only arrivals, the jobs that failed
-        # last cycle would fail the same way (nothing was freed), so only the new ones are looked at.
-        self.dirty = True
-        self.new_pending: set[str] = set()
+        self.arrived: set[str] = set()  # waiting now, not at the last cycle
+        self.submitted: list[JobSpec] = []  # first arrivals since the last cycle
+        self.capacity_waiting: list[JobSpec] = []  # what the MIG managers may slice for (the cycle says)
         self.finished = 0
-        self.decide_at: float | None = None  # the wake-up the core last asked for
+        self.decide_at: float | None = None  # the wake-up the cycle last asked for
         self.wait_gpu_s: dict[str, float] = {}  # pending reason -> GPU-seconds of work that waited for it
         self.last_progress_s = 0.0  # the last start or finish
         self.mig = {s.name: m for s in fed.sites if (m := MigManager(fed, s.name)).active}
@@ -157,16 +154,13 @@ class Simulator:
     # ---- the run ----
 
     def run(self) -> SimResult:
-        for site in self.fed.sites:
-            for g in site.node_groups:
-                for i in range(g.count):
-                    self._node_up(0.0, Node(f"{site.name}/{g.name}-{i}", site.name, g.name, g.gpu_model, g.gpus_per_node,
-                                            g.node_resources.cpu_milli, g.node_resources.memory_mib, rack=f"{g.name}-rack-{i % g.racks}"))
+        for node in config_nodes(self.fed):
+            self._node_up(0.0, node)
         self.fixed_gpus = sum(n.gpus for n in self.nodes.values())  # before any cloud node
         self.queues = effective_queues(self.fed, self.local(0.0))
-        mix = workload_mix(j.spec for j in self.trace.jobs)  # FGD weighs fragmentation by the workload's mix
         self.state = CycleState(ClusterState(self.nodes.values()), QuotaTree(self.queues, node_capacity(self.nodes.values())),
-                                make_strategy(self.fed.policies.placement.strategy, mix))
+                                make_strategy(self.fed.policies.placement.strategy))  # the cycle sets the one it weighs by
+        self.cycle = DecisionCycle(self.fed, self.state, full_every_s=None)  # every change here is an event: no safety net
         for j in self.trace.jobs:
             self.push(j.spec.submit_s, "arrive", j.spec.id)
         self._push_window_timer(0.0)
@@ -179,7 +173,6 @@ class Simulator:
             while self.heap and self.heap[0][0] == t:
                 _, _, kind, payload = heapq.heappop(self.heap)
                 getattr(self, f"_on_{kind}")(t, *payload)
-                self.dirty |= kind != "arrive"
             self._cycle(t)
             self._mig_step(t)
             if self.opt.progress and self.finished != done:  # counted as jobs finish: a scan here was 2x the run
@@ -207,7 +200,8 @@ class Simulator:
                   mig_profile=spec.mig_profile, priority=spec.priority_class)
         self.pending[job_id] = spec
         self.pending_since[job_id] = t
-        self.new_pending.add(job_id)
+        self.arrived.add(job_id)
+        self.submitted.append(spec)
 
     def _on_finish(self, t: float, job_id: str, attempt: int, failed: str | None = None) -> None:
         rec = self.jobs[job_id]
@@ -241,6 +235,7 @@ class Simulator:
         self.emit(t, "requeue", job=job_id, reason=reason, lost_s=round(ran - saved, 3))
         self.pending[job_id] = rec.spec
         self.pending_since[job_id] = t
+        self.arrived.add(job_id)
 
     def _on_ready(self, t: float, req_id: str, index: int) -> None:
         f = self.in_flight.get(req_id)
@@ -248,7 +243,7 @@ class Simulator:
             return  # timed out before it came up
         g = self.fed.site(f.site).node_group(f.group)
         name = f"{f.site}/{f.group}-r{req_id}-{index}"
-        node = Node(name, f.site, f.group, g.gpu_model, g.gpus_per_node, g.node_resources.cpu_milli, g.node_resources.memory_mib, rack=f"{f.group}-rack-0")
+        node = group_node(f.site, g, name)
         self._node_up(t, node, request=f)
         self.state.cluster.add_node(node)
         self.state.quota.capacity = node_capacity(self.nodes.values())
@@ -264,19 +259,22 @@ class Simulator:
             self.in_flight[req_id] = replace(f, count=f.count - 1)
 
     def _on_failed(self, t: float, req_id: str, index: int) -> None:
+        """The cloud had no capacity for one of the request's nodes: as a live provider does, the
+        whole request fails and keeps nothing it made (a gang cannot use part of its nodes)."""
         f = self.in_flight.get(req_id)
         if f is None:
             return
-        self.blocked[(f.site, f.group)] = t + BLOCK_S
+        self.failed.append(ProvisionFailure(req_id, f.site, f.group, CAPACITY, "InsufficientCapacity"))
         self.emit(t, "provision_failed", site=f.site, node_group=f.group, reason="InsufficientCapacity")
-        self._finish_request_part(req_id)
+        self._give_up(t, req_id)
 
-    def _on_timeout(self, t: float, req_id: str) -> None:
-        f = self.in_flight.pop(req_id, None)
-        if f is None:
-            return
-        self.blocked[(f.site, f.group)] = t + BLOCK_S
-        self.emit(t, "provision_timeout", site=f.site, node_group=f.group, count=f.count)
+    def _give_up(self, t: float, req_id: str) -> None:
+        """A request is over undelivered: what it did bring up goes back (its jobs are requeued, as live)."""
+        self.in_flight.pop(req_id, None)
+        for name in [n for n, r in self.cloud.items() if r == req_id]:
+            for job_id in sorted(self.node_jobs.get(name, ())):
+                self._requeue(t, job_id, "NodeLost")
+            self._node_down(t, name)
 
     def _on_interrupt(self, t: float, node: str) -> None:
         if node not in self.nodes:
@@ -333,9 +331,8 @@ class Simulator:
         trigger = None
         if request is not None:
             trigger = self.jobs[request.jobs[0]].spec.queue if request.jobs else None
-            self.cloud[node.name] = {"site": node.site, "group": node.node_group, "idle_since": t}
+            self.cloud[node.name] = request.request_id
             self.cloud_stats["peak_nodes"] = max(self.cloud_stats["peak_nodes"], len(self.cloud))
-            self.push(t + self.fed.policies.burst.scale_in_idle_s, "timer", "idle")
         self.ledger.node_up(t, node.name, node.site, node.gpus, request is not None, g.price_usd_per_hour, trigger,
                             paid_since=request.requested_s if request else None)
         self.emit(t, "node_up", site=node.site, node=node.name, gpus=node.gpus, gpu_model=node.gpu_model,
@@ -359,9 +356,6 @@ class Simulator:
             jobs = self.node_jobs.get(p.node)
             if jobs is not None:
                 jobs.discard(job_id)
-                if not jobs and p.node in self.cloud:
-                    self.cloud[p.node]["idle_since"] = t
-                    self.push(t + self.fed.policies.burst.scale_in_idle_s, "timer", "idle")
 
     def _reason(self, t: float, job_id: str, code: str | None) -> None:
         """A pending job's reason now (None: it started). A change is an event, and the GPUs it
@@ -394,8 +388,6 @@ class Simulator:
         for p in a.placements:
             self.ledger.change(t, p.node, spec.queue, _gpu_milli(spec, p), spec.per_task.cpu_milli, 1)
             self.node_jobs[p.node].add(a.job_id)
-            if p.node in self.cloud:
-                self.cloud[p.node]["idle_since"] = None
         self.emit(t, "admit", job=a.job_id, site=a.site, placements=[p.to_dict() for p in a.placements])
         self.emit(t, "start", job=a.job_id)
         # an elastic gang that started smaller runs proportionally longer
@@ -410,7 +402,7 @@ class Simulator:
         if not self.mig:
             return
         local = self.local(t)
-        waiting = [spec for j, spec in self.pending.items() if self.jobs[j].last_reason in CAPACITY_REASONS]
+        waiting = self.capacity_waiting
         for site, manager in self.mig.items():
             nodes = [n for n in self.nodes.values() if n.site == site]
             running = [r for r in self.running.values() if r.site == site]
@@ -503,89 +495,49 @@ class Simulator:
     def _replace_node(self, node: Node) -> None:
         self.nodes[node.name] = node
         self.state.cluster.replace_node(node, [self.running[j] for j in self.node_jobs.get(node.name, ())])
-        self.dirty = True
 
     # ---- the cycle ----
 
     def _cycle(self, t: float) -> None:
+        """Observe, let the one decision cycle decide, and carry its decisions out on the virtual clock."""
         local = self.local(t)
-        queues = effective_queues(self.fed, local)
-        reshaped = queues != self.queues
-        if reshaped:
-            self.queues = queues
-            quota = QuotaTree(queues, node_capacity(self.nodes.values()))
-            for r in self.running.values():
-                quota.add(r.spec.queue, r.usage)
-            self.state.quota = quota
-            self.dirty = True
-        upcoming = upcoming_reserves(self.fed, local) if self.fed.policies.tidal else {}
         if self.forecast_lead_s is not None:
             for key, v in self._demand().items():
                 self.hour_peak[key] = max(v, self.hour_peak.get(key, 0.0))
         self.prewarm = self._prewarm_gpus(t)
-        if (not self.pending and not self.cloud and not self.in_flight and not self.over_capability and not reshaped and not upcoming
-                and not self.prewarm):
-            return
-        pending = incremental_pending(self.pending, self.new_pending, self.reservations, full=self.dirty)
-        self.new_pending = set()
-        snap = Snapshot(self.fed, tuple(self.nodes.values()), tuple(self.running.values()), pending,
-                        queues, frozenset(j for f in self.in_flight.values() for j in f.jobs), self.reservations, self.over_capability,
-                        upcoming)
-        plan = schedule(snap, t, self.state)
-        self.reservations = plan.reservations
-        if plan.over_capability_since and not self.over_capability:
-            self.push(t + self.fed.policies.preemption.quota_shrink_delay_s, "timer", "shrink")  # wake when the delay is up
-        self.over_capability = plan.over_capability_since
-        if plan.wake_at_s is not None and plan.wake_at_s > t and plan.wake_at_s != self.decide_at:
-            self.decide_at = plan.wake_at_s
-            self.push(plan.wake_at_s, "timer", "decide")  # e.g. a borrower becomes old enough to reclaim
-        self.dirty = bool(plan.admissions or plan.preemptions)
-        for a in plan.admissions:
+        if (local.year, local.month) != self.month:
+            self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
+        obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.running.values()), self.pending, self.arrived,
+                          tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
+                          self.ledger.total_cost - self.month_base_usd, self.prewarm)
+        self.arrived, self.submitted, self.failed = set(), [], []
+        d = self.cycle.step(obs)
+        for rid, why in d.cancel:
+            f = self.in_flight[rid]
+            self.emit(t, "provision_timeout", site=f.site, node_group=f.group, count=f.count, reason=why)
+            self._give_up(t, rid)
+        for a in d.plan.admissions:
             self._start(t, a)
         grace = self.fed.policies.preemption.grace_s
-        for p in plan.preemptions:
+        for p in d.plan.preemptions:
             run = self.running[p.job_id]
             self.running[p.job_id] = replace(run, preempting=True)
             self.jobs[p.job_id].preemptions += 1
             self.emit(t, "preempt", job=p.job_id, reason=p.reason, for_job=p.for_job)
             self.push(t + grace, "stop", p.job_id, self.jobs[p.job_id].attempt, p.reason)
-        for job_id, reason in plan.pending.items():
+        for job_id, reason in d.reasons.items():
             self._reason(t, job_id, reason.code)
-        self._burst(t, local, plan)  # its reasons (budget, no option) refine the core's
-
-    def _burst(self, t: float, local: datetime, plan) -> None:
-        self.blocked = {k: until for k, until in self.blocked.items() if until > t}
-        enabled, budget = effective_burst(self.fed, local)
-        if (local.year, local.month) != self.month:
-            self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
-        inp = burst_policy.BurstInputs(
-            requests=plan.capacity_requests,
-            nodes=tuple(self._cloud_node(n, c) for n, c in self.cloud.items()),
-            in_flight=tuple(self.in_flight.values()),
-            blocked=frozenset(self.blocked),
-            enabled=enabled,
-            budget_usd_per_hour=budget,
-            month_spend_usd=self.ledger.total_cost - self.month_base_usd,
-            prewarm_gpus=self.prewarm,
-        )
-        d = burst_policy.decide(self.fed, t, inp)
-        for job_id, (code, _) in d.reasons.items():
-            self._reason(t, job_id, code)
-        if d.next_check_s is not None:
-            self.push(d.next_check_s, "timer", "burst")
         for up in d.scale_up:
             self._scale_up(t, up)
-        self.dirty |= bool(d.scale_up)
         for name in d.release:
             self.cloud_stats["scale_downs"] += 1
             self._node_down(t, name)
-        if d.release:
-            self.push(t, "timer", "released")  # capacity changed: decide again at once
-
-    def _cloud_node(self, name: str, c: dict) -> burst_policy.CloudNode:
-        st = self.state.cluster.nodes[name]
-        free = Resources(st.free_gpu_milli, st.cpu_free, st.mem_free)
-        return burst_policy.CloudNode(name, c["site"], c["group"], bool(self.node_jobs.get(name)), c["idle_since"], free)
+        if d.release or d.cancel:
+            self.push(t, "timer", "decide")  # capacity changed: decide again at once, as the next live tick would
+        if d.wake_at is not None and d.wake_at != self.decide_at:
+            self.decide_at = d.wake_at
+            self.push(d.wake_at, "timer", "decide")  # e.g. a borrower old enough to reclaim, an idle node to give back
+        self.capacity_waiting = d.capacity_waiting
 
     def _scale_up(self, t: float, up: burst_policy.ScaleUp) -> None:
         g = self.fed.site(up.site).node_group(up.group)
@@ -595,16 +547,11 @@ class Simulator:
         self.in_flight[req_id] = burst_policy.InFlight(req_id, up.site, up.group, up.count, t, up.jobs)
         self.cloud_stats["scale_ups"] += 1
         self.emit(t, "scale_up", site=up.site, node_group=up.group, count=up.count, jobs=list(up.jobs))
-        timeout = self.fed.policies.burst.provisioning_timeout_s
-        for i in range(up.count):
+        for i in range(up.count):  # a node slower than provisioning_timeout_s is given up on by the cycle
             if self.rng.random() < failure_rate:
                 self.push(t + FAIL_AFTER_S, "failed", req_id, i)
-                continue
-            ready = t + g.boot_s * self.rng.uniform(0.9, 1.25)
-            if ready - t > timeout:
-                self.push(t + timeout, "timeout", req_id)
             else:
-                self.push(ready, "ready", req_id, i)
+                self.push(t + g.boot_s * self.rng.uniform(0.9, 1.25), "ready", req_id, i)
 
     def _sample_until(self, t: float) -> None:
         while self.next_sample <= t:

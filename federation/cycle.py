@@ -1,0 +1,244 @@
+"""One decision cycle, the same for the simulator and the live controller.
+
+The two shells only observe and execute. Each cycle they pass what they see now (an
+`Observation`: nodes, running and waiting jobs, cloud requests in flight and the ones that failed,
+the time, the month's spend) and act on what comes back (`Decisions`: admissions, preemptions,
+reasons, cloud scale-ups, releases and cancellations, when to decide again). Everything between
+lives here or below: the tidal quotas of the moment, the full-or-incremental rule, the scheduling
+core, the blocking of cloud options that failed (failover is a decision of the next cycle, not a
+provider's), burst and scale-in, and which waiting jobs want capacity (for the MIG managers).
+
+It keeps what a decision needs from the last cycle (reservations, since-when a queue is over its
+capability, blocked options, since-when a cloud node is idle) and nothing that a shell must
+observe. It does no I/O, so the simulator's replay and production decide alike.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from federation.mig.manager import CAPACITY_REASONS, MigManager
+from federation.model import (
+    Federation,
+    JobSpec,
+    Node,
+    PendingReason,
+    Plan,
+    Queue,
+    Resources,
+    RunningJob,
+)
+from federation.quota import QuotaTree
+from federation.reasons import Reason
+from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
+from policies import burst as burst_policy
+from policies.placement import MixTally, make_strategy
+from policies.tidal import effective_burst, effective_queues, upcoming_reserves
+from providers.errors import AUTH, CAPACITY, INVALID, QUOTA
+
+TIMEOUT = "Timeout"  # a request not delivered within provisioning_timeout_s
+
+#: What a provisioning error blocks, and for how long, as SkyPilot's provisioner blocks by scope:
+#: no capacity is the node group's (its instance type in its zones); a quota or credentials
+#: problem is the site's (account and region); a request the cloud calls invalid stays invalid
+#: until someone fixes the config. A transient error (throttled, 5xx after retries) blocks
+#: nothing: the next cycle may ask again.
+BLOCKS: dict[str, tuple[str, float]] = {
+    CAPACITY: ("group", 600.0),
+    TIMEOUT: ("group", 600.0),
+    QUOTA: ("site", 1800.0),
+    AUTH: ("site", 3600.0),
+    INVALID: ("group", 3600.0),
+}
+
+
+@dataclass(frozen=True)
+class ProvisionFailure:
+    """A cloud request that ended without its nodes (the shell saw it since the last cycle)."""
+
+    request_id: str
+    site: str
+    group: str
+    kind: str  # providers.errors kinds
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float  # seconds: virtual in the simulator, epoch live
+    local: datetime  # the same instant in the federation's timezone (tidal windows)
+    nodes: tuple[Node, ...]  # every node that exists now, MIG layouts and cordons as they are
+    running: tuple[RunningJob, ...]
+    pending: dict[str, JobSpec]  # every waiting job
+    arrived: frozenset[str] | set[str]  # of `pending`, those that were not waiting at the last cycle
+    submitted: tuple[JobSpec, ...] = ()  # jobs first seen since the last cycle (at start: every job known), for the workload mix
+    in_flight: tuple[burst_policy.InFlight, ...] = ()  # cloud requests still to deliver (count: nodes not up yet)
+    failed: tuple[ProvisionFailure, ...] = ()
+    month_spend_usd: float = 0.0
+    prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
+
+
+@dataclass
+class Decisions:
+    full: bool = False  # whether every waiting job was looked at
+    queues: tuple[Queue, ...] = ()  # the effective quotas this cycle decided under
+    plan: Plan = field(default_factory=Plan)  # admissions and preemptions
+    reasons: dict[str, PendingReason] = field(default_factory=dict)  # waiting jobs looked at, and why they wait
+    scale_up: list[burst_policy.ScaleUp] = field(default_factory=list)
+    release: list[str] = field(default_factory=list)  # idle cloud nodes to give back
+    cancel: list[tuple[str, str]] = field(default_factory=list)  # (request id, why): give up, keep nothing it made
+    blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (site, group, why) newly blocked
+    capacity_waiting: list[JobSpec] = field(default_factory=list)  # what the MIG managers may slice for
+    wake_at: float | None = None  # decide again by then, even if nothing happens
+
+
+class DecisionCycle:
+    #: the longest a live cycle goes without looking at every waiting job (a safety net: the
+    #: rule below says when anything else than arrivals changed; the simulator, whose every
+    #: change is an event, needs none and passes None)
+    FULL_EVERY_S = 5.0
+
+    def __init__(self, fed: Federation, state: CycleState | None = None, full_every_s: float | None = FULL_EVERY_S):
+        self.fed = fed
+        self.state = state  # the simulator keeps one across cycles; live, each cycle builds its own
+        self.full_every_s = full_every_s
+        self.queues: tuple[Queue, ...] | None = None
+        self.last: Plan | None = None
+        self.scaled = False
+        self.fingerprint: tuple | None = None
+        self.pending_count = 0
+        self.last_full_s = -math.inf
+        self.wake: float | None = None
+        self.blocked: dict[tuple[str, str], float] = {}
+        self.idle_since: dict[str, float] = {}
+        self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
+        # placement weighs fragmentation by the mix of the jobs submitted so far (FGD's target workload)
+        self.tally = MixTally()
+        self.strategy = make_strategy(fed.policies.placement.strategy)
+        if state is not None:
+            state.strategy = self.strategy
+        self.bursting = any(s.is_cloud for s in fed.sites)
+        self.mig = any(MigManager(fed, s.name).active for s in fed.sites)
+
+    def step(self, obs: Observation) -> Decisions:
+        now, fed = obs.now, self.fed
+        out = Decisions()
+        if self.tally.add(obs.submitted):
+            self.strategy = make_strategy(fed.policies.placement.strategy, self.tally.mix)
+            if self.state is not None:
+                self.state.strategy = self.strategy
+        self._expire_and_block(obs, out)
+        queues = effective_queues(fed, obs.local)
+        reshaped = queues != self.queues
+        if reshaped and self.state is not None and self.queues is not None:
+            self.state.quota = _quota(queues, obs)
+        self.queues = out.queues = queues
+        upcoming = upcoming_reserves(fed, obs.local) if fed.policies.tidal else {}
+        cloud = [n for n in obs.nodes if fed.site(n.site).is_cloud] if self.bursting else []
+        over = self.last.over_capability_since if self.last else {}
+        if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or obs.prewarm_gpus):
+            return out  # nothing could change
+        # Full, or only the new arrivals: when, since the last cycle, jobs only arrived, what
+        # waited then would wait the same way now (see incremental_pending).
+        in_flight = tuple(f for f in obs.in_flight if f.request_id not in {rid for rid, _ in out.cancel})
+        covered = frozenset(j for f in in_flight for j in f.jobs)
+        fingerprint = (obs.running, obs.nodes, queues, covered, tuple(sorted(upcoming.items())))
+        last = self.last
+        out.full = full = (last is None or bool(last.admissions or last.preemptions) or self.scaled or fingerprint != self.fingerprint
+                           or (self.wake is not None and now >= self.wake) or len(obs.pending) != self.pending_count + len(obs.arrived)
+                           or (self.full_every_s is not None and now - self.last_full_s >= self.full_every_s))
+        reservations = last.reservations if last else {}
+        snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full),
+                        queues, covered, reservations, over, upcoming)
+        state = self.state or CycleState.build(snap, self.strategy)
+        plan = out.plan = schedule(snap, now, state)
+        out.reasons = dict(plan.pending)
+        wakes = [plan.wake_at_s] if plan.wake_at_s is not None else []
+        shrink = fed.policies.preemption.quota_shrink_delay_s
+        wakes += [since + shrink for since in plan.over_capability_since.values()]
+        if self.bursting:
+            wakes += self._burst(obs, plan, state, cloud, in_flight, out)
+        self.last, self.scaled, self.fingerprint = plan, bool(out.scale_up), fingerprint
+        self.pending_count = len(obs.pending) - len(plan.admissions)
+        if full:
+            self.last_full_s = now
+        self._remember_reasons(obs, out)
+        later = [w for w in wakes if w > now]
+        out.wake_at = self.wake = min(later) if later else None
+        return out
+
+    def _expire_and_block(self, obs: Observation, out: Decisions) -> None:
+        """Failed and overdue requests block their option (by the scope their error names); old blocks expire."""
+        timeout = self.fed.policies.burst.provisioning_timeout_s
+        ended = [(f.site, f.group, f.kind, f.message) for f in obs.failed]
+        for f in obs.in_flight:
+            if obs.now - f.requested_s >= timeout:
+                why = f"{f.count} x {f.group} not ready in {timeout:g} s"
+                out.cancel.append((f.request_id, why))
+                ended.append((f.site, f.group, TIMEOUT, why))
+        for site, group, kind, message in ended:
+            scope = BLOCKS.get(kind)
+            if scope is None:
+                continue
+            what, block_s = scope
+            groups = [g.name for g in self.fed.site(site).node_groups] if what == "site" else [group]
+            for g in groups:
+                self.blocked[(site, g)] = obs.now + block_s
+                out.blocked.append((site, g, f"{kind}: {message}" if message else kind))
+        self.blocked = {k: until for k, until in self.blocked.items() if until > obs.now}
+
+    def _burst(self, obs: Observation, plan: Plan, state: CycleState, cloud: list[Node], in_flight, out: Decisions) -> list[float]:
+        """Cloud scale-up for what waits, scale-in of what idles; returns when to look again."""
+        now, fed = obs.now, self.fed
+        nodes = []
+        for n in cloud:
+            st = state.cluster.nodes[n.name]
+            if st.tasks:
+                self.idle_since.pop(n.name, None)
+            else:
+                self.idle_since.setdefault(n.name, now)
+            free = Resources(st.free_gpu_milli, st.cpu_free, st.mem_free)
+            nodes.append(burst_policy.CloudNode(n.name, n.site, n.node_group, bool(st.tasks), self.idle_since.get(n.name), free))
+        present = {n.name for n in cloud}
+        self.idle_since = {k: v for k, v in self.idle_since.items() if k in present}
+        enabled, budget = effective_burst(fed, obs.local)
+        d = burst_policy.decide(fed, now, burst_policy.BurstInputs(
+            plan.capacity_requests, tuple(nodes), in_flight, frozenset(self.blocked), enabled, budget, obs.month_spend_usd, obs.prewarm_gpus))
+        for job_id, (code, message) in d.reasons.items():
+            out.reasons[job_id] = PendingReason(code, message)
+        for up in d.scale_up:
+            for j in up.jobs:
+                out.reasons[j] = PendingReason(Reason.WaitingForBurst, f"{up.count} node(s) of {up.site}/{up.group} requested")
+        out.scale_up, out.release = d.scale_up, d.release
+        for name in d.release:
+            self.idle_since.pop(name, None)
+        idle_s = fed.policies.burst.scale_in_idle_s
+        wakes = [since + idle_s for name, since in self.idle_since.items()]
+        wakes += [f.requested_s + fed.policies.burst.provisioning_timeout_s for f in in_flight]
+        if d.next_check_s is not None:
+            wakes.append(d.next_check_s)
+        return wakes
+
+    def _remember_reasons(self, obs: Observation, out: Decisions) -> None:
+        """Each waiting job's reason, kept across incremental cycles: the MIG managers slice for
+        the jobs that wait for capacity (not for quota, which slicing cannot help)."""
+        if not self.mig:
+            return
+        for a in out.plan.admissions:
+            self.codes.pop(a.job_id, None)
+        for job_id, r in out.reasons.items():
+            self.codes[job_id] = r.code
+        if out.full:
+            self.codes = {j: c for j, c in self.codes.items() if j in obs.pending}
+        out.capacity_waiting = [obs.pending[j] for j, c in self.codes.items() if c in CAPACITY_REASONS and j in obs.pending]
+
+
+def _quota(queues: tuple[Queue, ...], obs: Observation) -> QuotaTree:
+    """A queue tree under new quotas, holding what runs now."""
+    quota = QuotaTree(queues, node_capacity(obs.nodes))
+    for r in obs.running:
+        quota.add(r.spec.queue, r.usage)
+    return quota
+
