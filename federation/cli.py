@@ -438,7 +438,7 @@ def demo(
 def frag(
     nodes: Annotated[Path, typer.Option("--nodes", help="Node CSV (openb_node_list_gpu_node.csv).")],
     pods: Annotated[Path, typer.Option("--pods", help="Pod CSV (openb_pod_list_*.csv).")],
-    policy: Annotated[str, typer.Option("--policy", help="random, dotprod, bestfit, packing, clustering, fgd or fragmentation-aware.")],
+    policy: Annotated[str, typer.Option("--policy", help="The paper's random, dotprod, bestfit, packing, clustering or fgd; or fragmentation-aware, the scheduler's own placement.")],
     out: Annotated[Path, typer.Option("--out", help="CSV to write: arrived_pct,allocated_pct,frag_pct.")],
     seed: Annotated[int, typer.Option("--seed")] = 42,
     tune: Annotated[float, typer.Option("--tune", help="Top the arrivals up (or cut them) to this x GPU capacity.")] = 1.3,
@@ -450,7 +450,11 @@ def frag(
         raise FederationError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
     if not 0 < tune <= 5:
         raise FederationError("--tune: give a factor between 0 and 5, e.g. 1.3")
-    rows = run_frag(nodes, pods, policy, seed, tune)
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    with Progress(TextColumn(f"{policy}, seed {seed}"), BarColumn(), TextColumn("{task.completed}/{task.total} pods"), console=err, transient=True) as bar:
+        task = bar.add_task("frag", total=None)
+        rows = run_frag(nodes, pods, policy, seed, tune, progress=lambda done, total: bar.update(task, completed=done, total=total))
     write_csv(rows, out)
     at100 = next(a for b, a, _ in rows if b == 100)
     err.print(f"{policy}, seed {seed}: {100 - at100:.2f}% of GPUs unallocated at 100% arrived; wrote {out}")

@@ -5,8 +5,11 @@ The protocol of ../shared/data/openb/PROTOCOL.md: pods in a seeded shuffle, topp
 After every pod the arrived GPU request, the allocated GPU and the cluster's fragmentation
 (against the target workload T) are recorded; they are binned by integer arrived percentage.
 
-Node scoring is vectorised over nodes with numpy. FGD's per-node score is cached per pod shape
-and recomputed only for nodes that changed since, which keeps a run within seconds.
+`fragmentation-aware` is the product: each pod is a one-task job placed by the scheduler's own
+`place_gang` with the strategy the scheduler runs, weighted by the mix of the pods seen so far
+(`MixTally`, as the decision cycle does). The paper's algorithms are reproduced here as published,
+to compare against; their node scoring is vectorised with numpy, FGD's per-node score cached per
+pod shape and recomputed only for nodes that changed since.
 """
 
 from __future__ import annotations
@@ -14,17 +17,22 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from federation.cluster import ClusterState
 from federation.errors import FederationError
+from federation.model import JobSpec, Node, Resources
+from federation.placement import place_gang
+from policies.placement import MixTally, make_strategy
 
-POLICIES = ("random", "dotprod", "bestfit", "packing", "clustering", "fgd", "fragmentation-aware")
+PRODUCT = "fragmentation-aware"
+POLICIES = ("random", "dotprod", "bestfit", "packing", "clustering", "fgd", PRODUCT)
 MAX_GPUS = 8
 CPU_SPEC, GPU_SPEC = 128_000.0, 8_000.0  # the simulator's normalisation of CPU and GPU (milli)
-OURS_STEP = 3.0  # score points per step of the fragmentation-aware policy
 
 
 @dataclass
@@ -146,11 +154,11 @@ class Experiment:
         self.version = np.zeros(len(cluster.names), dtype=np.int64)
         self.cache: dict[Pod, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # pod -> (score, gpu, version)
         self.classes = [Counter() for _ in cluster.names]  # request classes per node (clustering)
-        self.model_constrained = any(p.spec for p, _ in target)
+        self.product = Scheduler(cluster) if policy == PRODUCT else None
 
     # ---- scores: higher is better; ties go to the first node by name ----
 
-    def _fgd(self, pod: Pod, nodes: np.ndarray, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _fgd(self, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = self.c
         g, cpu, model = c.gpu[nodes], c.cpu[nodes] - pod.cpu, c.model[nodes]
         before = self.node_frag[nodes]
@@ -160,39 +168,24 @@ class Experiment:
             trial[:, idx, idx] -= pod.milli
             ok = g >= pod.milli
             after = self.frag.of(trial.reshape(-1, MAX_GPUS), np.repeat(cpu, MAX_GPUS), np.repeat(model, MAX_GPUS)).reshape(-1, MAX_GPUS)
-            raw = _sigmoid((before[:, None] - after) / 1000) * 100
-            score = raw if exact else np.floor(raw)
-            score = np.where(ok, score, -1.0)
+            score = np.where(ok, np.floor(_sigmoid((before[:, None] - after) / 1000) * 100), -1.0)
             choice = score.argmax(axis=1)  # the first GPU among the best
             return score[np.arange(len(nodes)), choice], choice
         after_g = g.copy()
         if pod.num:
             order = np.cumsum(after_g == 1000, axis=1)
             after_g[(after_g == 1000) & (order <= pod.num)] = 0
-        raw = _sigmoid((before - self.frag.of(after_g, cpu, model)) / 1000) * 100
-        return (raw if exact else np.floor(raw)), np.full(len(nodes), -1)
+        return np.floor(_sigmoid((before - self.frag.of(after_g, cpu, model)) / 1000) * 100), np.full(len(nodes), -1)
 
     def _scores(self, pod: Pod, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         c = self.c
-        if self.policy in ("fgd", "fragmentation-aware"):
-            exact = self.policy == "fragmentation-aware" and not self.model_constrained
+        if self.policy == "fgd":
             score, gpu, ver = self.cache.get(pod) or (np.zeros(len(c.names)), np.full(len(c.names), -1), np.full(len(c.names), -1))
             stale = np.flatnonzero(ver != self.version)
             if len(stale):
-                s, g = self._fgd(pod, stale, exact)
+                s, g = self._fgd(pod, stale)
                 score[stale], gpu[stale], ver[stale] = s, g, self.version[stale]
                 self.cache[pod] = (score, gpu, ver)
-            if exact:
-                # Ours: FGD's gradient in steps of OURS_STEP score points (FGD truncates to whole
-                # points and lets the first node by name win ties, which packs; coarser steps pack
-                # more while still steering by fragmentation), then the node left with the least
-                # free GPU, then CPU. Tuned on the default trace, seeds 42-45 (benchmarks/README.md).
-                # That tie-break treats nodes as alike but for their free capacity; where the
-                # workload pins GPU models they are not (it then fills the scarce models' nodes
-                # with pods that could go anywhere), so there FGD's own rule is kept.
-                left_gpu = np.where(c.gpu >= 0, c.gpu, 0).sum(axis=1) - pod.gpu_milli
-                key = np.floor(score / OURS_STEP) * 1e12 - left_gpu * 1e6 - (c.cpu - pod.cpu) / 1000
-                return np.where(feasible, key, -np.inf), gpu
             return np.where(feasible, score, -np.inf), gpu
         free_gpu = np.where(c.gpu >= 0, c.gpu, 0).sum(axis=1)
         if self.policy == "bestfit":
@@ -257,25 +250,25 @@ class Experiment:
             return sorted(int(x) for x in self.rng.choice(full, pod.num, replace=False))
         return [int(x) for x in full[: pod.num]]
 
-    def run(self, tune: float) -> list[tuple[float, float, float]]:
+    def run(self, tune: float, progress: Callable[[int, int], None] | None = None) -> list[tuple[float, float, float]]:
         c = self.c
         capacity = c.capacity_milli
         pods = self._arrivals(tune, capacity)
         model_ok = {}
         arrived = used = 0
         out = []
-        for pod in pods:
+        for i, pod in enumerate(pods):
             arrived += pod.gpu_milli
-            if pod.spec not in model_ok:
-                allowed = [i for i, m in enumerate(c.models) if not pod.spec or m in pod.spec]
-                model_ok[pod.spec] = np.isin(c.model, allowed)
-            feasible = _feasible(c, pod, model_ok[pod.spec])
-            if feasible.any():
-                score, gpus = self._scores(pod, feasible)
-                node = int(np.argmax(score))  # the first node by name among the best
-                chosen = self._choose_gpus(node, pod, int(gpus[node]) if gpus is not None else -1)
-                per = pod.milli if pod.milli < 1000 else 1000
-                c.gpu[node, chosen] -= per
+            if self.product is not None:
+                chosen = self.product.place(pod)
+            else:
+                if pod.spec not in model_ok:
+                    allowed = [i for i, m in enumerate(c.models) if not pod.spec or m in pod.spec]
+                    model_ok[pod.spec] = np.isin(c.model, allowed)
+                chosen = self._baseline(pod, model_ok[pod.spec])
+            if chosen is not None:
+                node, gpus = chosen
+                c.gpu[node, gpus] -= pod.milli if pod.milli < 1000 else 1000
                 c.cpu[node] -= pod.cpu
                 c.mem[node] -= pod.mem
                 used += pod.gpu_milli
@@ -284,7 +277,17 @@ class Experiment:
                     self.classes[node][_class(pod)] += 1
                 self.node_frag[node] = self.frag.of(c.gpu[node : node + 1], c.cpu[node : node + 1], c.model[node : node + 1])[0]
             out.append((arrived / capacity * 100, used / capacity * 100, float(self.node_frag.sum()) / capacity * 100))
+            if progress is not None and (i % 200 == 0 or i == len(pods) - 1):
+                progress(i + 1, len(pods))
         return out
+
+    def _baseline(self, pod: Pod, model_ok: np.ndarray) -> tuple[int, list[int]] | None:
+        feasible = _feasible(self.c, pod, model_ok)
+        if not feasible.any():
+            return None
+        score, gpus = self._scores(pod, feasible)
+        node = int(np.argmax(score))  # the first node by name among the best
+        return node, self._choose_gpus(node, pod, int(gpus[node]) if gpus is not None else -1)
 
     def _arrivals(self, tune: float, capacity: int) -> list[Pod]:
         pods = list(self.pods)
@@ -303,6 +306,31 @@ class Experiment:
             p = shuffled.pop(int(self.rng.integers(len(shuffled))))
             total -= p.gpu_milli
         return shuffled
+
+
+class Scheduler:
+    """The product's placement: each pod a one-task job, placed as `schedule()` places a gang."""
+
+    SITE = "openb"
+
+    def __init__(self, c: Cluster):
+        nodes = [Node(name, self.SITE, "openb", c.models[c.model[i]] if c.model[i] >= 0 else None, int((c.gpu[i] >= 0).sum()),
+                      int(c.cpu[i]), int(c.mem[i])) for i, name in enumerate(c.names)]
+        self.cluster = ClusterState(nodes)
+        self.index = {name: i for i, name in enumerate(c.names)}
+        self.tally = MixTally()
+        self.strategy = make_strategy(PRODUCT)
+        self.n = 0
+
+    def place(self, pod: Pod) -> tuple[int, list[int]] | None:
+        self.n += 1
+        job = JobSpec(f"pod-{self.n}", "openb", 1, Resources(pod.gpu_milli, pod.cpu, pod.mem), 0.0, gpu_models=pod.spec)
+        if self.tally.add([job]):
+            self.strategy = make_strategy(PRODUCT, self.tally.mix)
+        placed = place_gang(self.cluster, job, self.SITE, self.strategy, "any")
+        if placed is None:
+            return None
+        return self.index[placed[0].node], list(placed[0].gpus)
 
 
 def _class(pod: Pod) -> str:
@@ -334,10 +362,11 @@ def binned(events: list[tuple[float, float, float]], top: int = 130) -> list[tup
     return rows
 
 
-def run_frag(nodes: Path, pods_csv: Path, policy: str, seed: int, tune: float = 1.3) -> list[tuple[int, float, float]]:
+def run_frag(nodes: Path, pods_csv: Path, policy: str, seed: int, tune: float = 1.3,
+             progress: Callable[[int, int], None] | None = None) -> list[tuple[int, float, float]]:
     cluster = read_nodes(nodes)
     pods = read_pods(pods_csv)
-    return binned(Experiment(cluster, pods, target_workload(pods), policy, seed).run(tune))
+    return binned(Experiment(cluster, pods, target_workload(pods), policy, seed).run(tune, progress))
 
 
 def write_csv(rows: list[tuple[int, float, float]], out: Path) -> None:

@@ -82,7 +82,22 @@ def test_binning_fills_an_empty_bin_from_its_neighbours():
     assert rows[0] == (0, 1.0, 2.0)
 
 
-def test_fedctl_frag_on_a_slice_of_the_trace(tmp_path):
+def test_fragmentation_aware_in_the_fill_is_the_schedulers_placement_weighted_by_the_pods_seen():
+    # n0 holds H100s, n1 A100s. The first pod must run on an H100; the second may run anywhere.
+    # The scheduler's strategy weighs by the pods seen so far (not by the experiment's target,
+    # which here names only the second kind), so it keeps the H100 node's last GPU for the
+    # pinned kind, where a fullest-node rule would take it.
+    c = cluster([[1000, 1000], [1000, 1000]], models=["A100-80GB", "H100-80GB"])
+    c.model = np.array([1, 0])
+    pinned, anywhere = Pod(0, 0, 1, 1000, ("H100-80GB",)), Pod(0, 0, 1, 1000, ())
+    exp = Experiment(c, [pinned, anywhere], [(anywhere, 1.0)], "fragmentation-aware", seed=0)
+    exp._arrivals = lambda tune, cap: [pinned, anywhere]
+    exp.run(1.0)
+    assert c.gpu[0].tolist()[:2] == [0, 1000] and c.gpu[1].tolist()[:2] == [0, 1000]
+
+
+@pytest.mark.parametrize("policy", ["fgd", "fragmentation-aware"])
+def test_fedctl_frag_on_a_slice_of_the_trace(tmp_path, policy):
     openb = SHARED / "data" / "openb"
     if not (openb / "openb_pod_list_default.csv").exists():
         pytest.skip(f"{openb} is not beside this checkout")
@@ -91,7 +106,7 @@ def test_fedctl_frag_on_a_slice_of_the_trace(tmp_path):
         with open(src) as fh:
             dst.write_text("".join(line for i, line in enumerate(fh) if i <= n))
     out = tmp_path / "frag.csv"
-    r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd", "--seed", "42", "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", str(nodes), "--pods", str(pods), "--policy", policy, "--seed", "42", "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rows = list(csv.reader(out.open()))

@@ -79,3 +79,32 @@ def test_a_mig_task_takes_a_free_instance_of_its_profile():
     placed = place_gang(st, j, "idc", make_strategy("fragmentation-aware"))
     assert placed[0].mig == (0, "1g.10gb", 4)
     assert place_gang(st, j, "idc", make_strategy("fragmentation-aware")) is None  # the only one is taken
+
+
+def test_gpu_fragment_counts_all_free_gpu_of_a_model_the_shape_cannot_run_on():
+    pinned = Shape(1000, 1, gpu_models=("H100-80GB",))
+    assert gpu_fragment([1000, 1000], 0, 0, pinned, "A100-80GB") == 2000
+    assert gpu_fragment([1000, 1000], 0, 0, pinned, "H100-80GB") == 0
+    assert gpu_fragment([1000, 500], 10_000, 0, Shape(0, 0)) == 1500  # a CPU-only task uses no free GPU
+
+
+def test_fragmentation_aware_keeps_the_gpus_a_pinned_workload_needs_for_it():
+    # Half the mix runs on H100s alone; a task that can run anywhere goes to the A100 node, though
+    # the H100 node comes first by name and bestfit would call them equal.
+    h100 = Node("a-h100", "idc", "g", "H100-80GB", 2, 64_000, 512 * 1024)
+    a100 = Node("b-a100", "idc", "g", "A100-80GB", 2, 64_000, 512 * 1024)
+    mix = ((Shape(1000, 1, gpu_models=("H100-80GB",)), 0.5), (Shape(1000, 1), 0.5))
+    placed = place_gang(ClusterState([h100, a100]), job("any", "a", gpus=1), "idc", FragmentationAware(mix))
+    assert placed[0].node == "b-a100"
+    assert place_gang(ClusterState([h100, a100]), job("any", "a", gpus=1), "idc", make_strategy("bestfit"))[0].node == "a-h100"
+
+
+def test_the_observed_mix_covers_most_tasks_and_counts_cpu_only_ones():
+    from policies.placement import workload_mix
+
+    jobs = [job(f"w{i}", "a", gpus=1) for i in range(60)] + [job(f"s{i}", "a", gpus=0.25) for i in range(30)]
+    jobs += [job(f"c{i}", "a", gpus=0, cpu=4) for i in range(8)] + [job("rare", "a", gpus=3), job("rarer", "a", gpus=5)]
+    mix = dict(workload_mix(jobs))
+    # FGD's target workload: the most common shapes that make up 95% of the tasks
+    assert set(mix) == {Shape(1000, 1), Shape(250, 1), Shape(0, 0, cpu_milli=4000)}
+    assert mix[Shape(1000, 1)] == 60 / 98
