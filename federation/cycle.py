@@ -78,6 +78,7 @@ class Observation:
     failed: tuple[ProvisionFailure, ...] = ()
     month_spend_usd: float = 0.0
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
+    made_by: dict[str, str] = field(default_factory=dict)  # cloud node -> the request that made it
 
 
 @dataclass
@@ -113,6 +114,8 @@ class DecisionCycle:
         self.wake: float | None = None
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_since: dict[str, float] = {}
+        self.bought_for: dict[str, tuple[str, ...]] = {}  # cloud request -> the jobs it was made for
+        self.up_since: dict[str, float] = {}  # cloud node made for jobs -> when this cycle first saw it
         self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
         # placement weighs fragmentation by the mix of the jobs submitted so far (FGD's target workload)
         self.tally = MixTally()
@@ -137,6 +140,7 @@ class DecisionCycle:
         self.queues = out.queues = queues
         upcoming = upcoming_reserves(fed, obs.local) if fed.policies.tidal else {}
         cloud = [n for n in obs.nodes if fed.site(n.site).is_cloud] if self.bursting else []
+        claims = self._claims(obs, cloud)
         over = self.last.over_capability_since if self.last else {}
         if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or obs.prewarm_gpus):
             return out  # nothing could change
@@ -151,7 +155,7 @@ class DecisionCycle:
                            or (self.full_every_s is not None and now - self.last_full_s >= self.full_every_s))
         reservations = last.reservations if last else {}
         snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full),
-                        queues, covered, reservations, over, upcoming)
+                        queues, covered, reservations, over, upcoming, claims)
         state = self.state or CycleState.build(snap, self.strategy)
         plan = out.plan = schedule(snap, now, state)
         out.reasons = dict(plan.pending)
@@ -159,7 +163,7 @@ class DecisionCycle:
         shrink = fed.policies.preemption.quota_shrink_delay_s
         wakes += [since + shrink for since in plan.over_capability_since.values()]
         if self.bursting:
-            wakes += self._burst(obs, plan, state, cloud, in_flight, out)
+            wakes += self._burst(obs, plan, state, cloud, in_flight, claims, out)
         self.last, self.scaled, self.fingerprint = plan, bool(out.scale_up), fingerprint
         self.pending_count = len(obs.pending) - len(plan.admissions)
         if full:
@@ -189,23 +193,49 @@ class DecisionCycle:
                 out.blocked.append((site, g, f"{kind}: {message}" if message else kind))
         self.blocked = {k: until for k, until in self.blocked.items() if until > obs.now}
 
-    def _burst(self, obs: Observation, plan: Plan, state: CycleState, cloud: list[Node], in_flight, out: Decisions) -> list[float]:
+    def _claims(self, obs: Observation, cloud: list[Node]) -> dict[str, tuple[str, ...]]:
+        """Cloud nodes bought for a gang are its own (Kueue's provisioning request books them
+        likewise): until it starts, other work may not take them and they are not given back. The
+        claim lapses `provisioning_timeout_s` after the node came up, so capacity bought for a job
+        that cannot start there (its quota shrank meanwhile) returns to everyone."""
+        for f in obs.in_flight:
+            if f.jobs:
+                self.bought_for[f.request_id] = f.jobs
+        claims, up_since = {}, {}
+        lapse = self.fed.policies.burst.provisioning_timeout_s
+        for n in cloud:
+            jobs = self.bought_for.get(obs.made_by.get(n.name, ""), ())
+            waiting = tuple(j for j in jobs if j in obs.pending)
+            if not waiting:
+                continue
+            since = up_since[n.name] = self.up_since.get(n.name, obs.now)
+            if obs.now < since + lapse:
+                claims[n.name] = waiting
+        self.up_since = up_since
+        live = {obs.made_by.get(n.name) for n in cloud} | {f.request_id for f in obs.in_flight}
+        self.bought_for = {r: jobs for r, jobs in self.bought_for.items() if r in live}
+        return claims
+
+    def _burst(self, obs: Observation, plan: Plan, state: CycleState, cloud: list[Node], in_flight, claims, out: Decisions) -> list[float]:
         """Cloud scale-up for what waits, scale-in of what idles; returns when to look again."""
         now, fed = obs.now, self.fed
         nodes = []
         for n in cloud:
             st = state.cluster.nodes[n.name]
-            if st.tasks:
+            busy = bool(st.tasks) or n.name in claims
+            if busy:
                 self.idle_since.pop(n.name, None)
             else:
                 self.idle_since.setdefault(n.name, now)
-            free = Resources(st.free_gpu_milli, st.cpu_free, st.mem_free)
-            nodes.append(burst_policy.CloudNode(n.name, n.site, n.node_group, bool(st.tasks), self.idle_since.get(n.name), free))
+            # a claimed node's free capacity is its gang's, not for others' plans
+            free = Resources() if n.name in claims else Resources(st.free_gpu_milli, st.cpu_free, st.mem_free)
+            nodes.append(burst_policy.CloudNode(n.name, n.site, n.node_group, busy, self.idle_since.get(n.name), free))
         present = {n.name for n in cloud}
         self.idle_since = {k: v for k, v in self.idle_since.items() if k in present}
         enabled, budget = effective_burst(fed, obs.local)
         d = burst_policy.decide(fed, now, burst_policy.BurstInputs(
-            plan.capacity_requests, tuple(nodes), in_flight, frozenset(self.blocked), enabled, budget, obs.month_spend_usd, obs.prewarm_gpus))
+            plan.capacity_requests, tuple(nodes), in_flight, frozenset(self.blocked), enabled, budget, obs.month_spend_usd, obs.prewarm_gpus,
+            frozenset(j for jobs in claims.values() for j in jobs)))
         for job_id, (code, message) in d.reasons.items():
             out.reasons[job_id] = PendingReason(code, message)
         for up in d.scale_up:
@@ -217,6 +247,7 @@ class DecisionCycle:
         idle_s = fed.policies.burst.scale_in_idle_s
         wakes = [since + idle_s for name, since in self.idle_since.items()]
         wakes += [f.requested_s + fed.policies.burst.provisioning_timeout_s for f in in_flight]
+        wakes += [self.up_since[n] + fed.policies.burst.provisioning_timeout_s for n in claims]  # a claim lapses
         if d.next_check_s is not None:
             wakes.append(d.next_check_s)
         return wakes

@@ -57,6 +57,7 @@ class Snapshot:
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept from the last plan
     over_capability_since: dict[str, float] = field(default_factory=dict)  # kept from the last plan
     upcoming_reserves: dict[str, int] = field(default_factory=dict)  # queue -> GPU milli a window about to open reserves
+    claims: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the waiting jobs it was bought for (only they may use it)
 
 
 @dataclass
@@ -126,7 +127,8 @@ class _Cycle:
         self.pending: dict[str, PendingReason] = {}
         self.reservations: dict[str, tuple[str, ...]] = {}
         self.reserved_sites: set[str] = set()
-        self.blocked: set[str] = set()
+        self.blocked: set[str] = set()  # nodes reserved for a gang this cycle
+        self.claims = dict(snap.claims)
         self.victims: set[str] = set()
         # What failed once in a cycle fails again (free capacity and quota only shrink within it):
         self.quota_failed: dict[tuple, tuple[PendingReason, bool]] = {}  # (queue, shape) -> (reason, pool)
@@ -152,7 +154,12 @@ class _Cycle:
         return out
 
     def run(self) -> Plan:
-        for job in self._order():
+        # Jobs that cloud nodes were bought for go first: the capacity is theirs, and once they
+        # start, what they leave of it is everyone's in this same cycle.
+        claimants = {j for jobs in self.claims.values() for j in jobs}
+        for job in sorted((j for j in self.snap.pending if j.id in claimants), key=lambda j: (-j.priority, j.submit_s, j.id)):
+            self._assign(job)
+        for job in self._order(claimants):
             self._assign(job)
         if self.holds:
             budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
@@ -187,10 +194,12 @@ class _Cycle:
 
     # 2. order -------------------------------------------------------------------------------
 
-    def _order(self):
+    def _order(self, skip: set[str]):
         """Yield pending jobs: queue heads by (borrows?, fair share, priority, submit)."""
         by_queue: dict[str, list[JobSpec]] = {}
         for j in self.snap.pending:
+            if j.id in skip:
+                continue
             if j.queue not in self.quota.queues or not self.quota.is_leaf(j.queue):
                 self.pending[j.id] = PendingReason("UnknownQueue", f"queue {j.queue!r} is not a leaf queue of this federation", j.request())
                 continue
@@ -239,7 +248,7 @@ class _Cycle:
         verdict = self.quota.check(job.queue, need)
         if not verdict.ok:
             entitled = verdict.code == "WaitingForQuota" and self.quota.entitled(job.queue, need)
-            if entitled and self._try_preempt(job, sites):
+            if entitled and self._may_preempt(job) and self._try_preempt(job, sites):
                 return
             reason = PendingReason(verdict.code, verdict.message, need, verdict.free)
             self.pending[job.id] = reason
@@ -253,7 +262,7 @@ class _Cycle:
         if shape not in self.no_fit:
             grown = self._elastic_cap(job)
             for site in sites:
-                placed = place_gang(self.cluster, grown, site, self.strategy, self.policies.placement.gang_topology, frozenset(self.blocked))
+                placed = place_gang(self.cluster, grown, site, self.strategy, self.policies.placement.gang_topology, self._blocked_for(job))
                 if placed is None:
                     continue
                 usage = job.per_task.times(len(placed))
@@ -265,6 +274,8 @@ class _Cycle:
                 if self.holds:
                     self.holds.placed(site, usage.gpu_milli)
                 self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=verdict.borrowing))
+                if self.claims:
+                    self._unclaim(job.id)
                 return
             if held_by is None:
                 self.no_fit.add(shape)  # free capacity only shrinks during a cycle: the shape will not fit again
@@ -278,10 +289,11 @@ class _Cycle:
         pkey = (job.queue, job.priority, shape)
         reason = self.failed.get(pkey)
         if reason is None:
-            if self._try_preempt(job, sites):
+            may = self._may_preempt(job)
+            if may and self._try_preempt(job, sites):
                 return
             reason = self._capacity_reason(job, sites, need)
-            if job.id not in self.reservations:
+            if may and job.id not in self.reservations:  # what failed for this job fails for its like
                 self.failed[pkey] = reason
         if job.id in self.snap.burst_in_flight:
             reason = PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
@@ -357,7 +369,7 @@ class _Cycle:
         try:
             if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks)).ok:
                 return False
-            return self._could_place(job, sites, frozenset(self.blocked))
+            return self._could_place(job, sites, self._blocked_for(job))
         finally:
             for v in gone:
                 self.quota.add(v.spec.queue, v.usage)
@@ -365,8 +377,33 @@ class _Cycle:
 
     # 5. reserve and 6. explain --------------------------------------------------------------
 
+    def _may_preempt(self, job: JobSpec) -> bool:
+        """A job whose cloud nodes are being bought, or are up and held for it, waits for them:
+        stopping others' work for it as well would lose that work for nothing."""
+        return job.id not in self.snap.burst_in_flight and not any(job.id in jobs for jobs in self.claims.values())
+
+    def _unclaim(self, job_id: str) -> None:
+        """A job that started no longer holds the cloud nodes bought for it."""
+        for node, jobs in list(self.claims.items()):
+            if job_id in jobs:
+                rest = tuple(j for j in jobs if j != job_id)
+                if rest:
+                    self.claims[node] = rest
+                else:
+                    del self.claims[node]
+
+    def _blocked_for(self, job: JobSpec) -> frozenset[str]:
+        """Nodes `job` may not take: those reserved for a gang, and cloud nodes bought for other jobs."""
+        if not self.claims:
+            return frozenset(self.blocked)
+        return frozenset(self.blocked).union(n for n, jobs in self.claims.items() if job.id not in jobs)
+
     def _capacity_reason(self, job: JobSpec, sites: list[str], need: Resources) -> PendingReason:
-        if self.blocked and self._could_place(job, sites, frozenset()):
+        blocked = self._blocked_for(job)
+        if blocked and self._could_place(job, sites, frozenset()):
+            if self._could_place(job, sites, frozenset(self.blocked)):  # only cloud nodes bought for others would hold it
+                holders = sorted({j for n in blocked - self.blocked for j in self.claims[n]})
+                return PendingReason("ReservedForGang", f"the nodes that would fit it were bought for {', '.join(holders)}, which wait(s) to start on them", need)
             holder = next(iter(self.reservations))
             return PendingReason("ReservedForGang", f"the nodes that would fit it are reserved for gang {holder}", need)
         if job.per_task.gpu_milli >= GPU and self._reserve(job, sites):
@@ -388,7 +425,8 @@ class _Cycle:
     def _reserve(self, job: JobSpec, sites: Sequence[str]) -> bool:
         """Reserve for `job` the nodes closest to free that together hold it when empty."""
         kept = self.snap.reservations.get(job.id, ())
-        if kept and all(n in self.cluster.nodes and n not in self.blocked for n in kept):
+        blocked = self._blocked_for(job)
+        if kept and all(n in self.cluster.nodes and n not in blocked for n in kept):
             site = self.cluster.nodes[kept[0]].node.site
             if site not in self.reserved_sites and sum(self._fit_when_empty(job, self.cluster.nodes[n].node) for n in kept) >= (job.min_tasks or job.tasks):
                 self.reservations[job.id] = kept  # keep last cycle's choice: a reservation that hops never fills
@@ -404,7 +442,7 @@ class _Cycle:
             for rep in sorted(self.cluster.representatives({site}), key=lambda st: (-st.free_gpu_milli, st.sig)):
                 k = self._fit_when_empty(job, rep.node)
                 for name in self.cluster.groups[rep.sig] if k else ():
-                    if name in self.blocked:
+                    if name in blocked:
                         continue
                     chosen.append(name)
                     total += k

@@ -111,7 +111,11 @@ class LocalProvider(Strict):
 
 class SimulatedProvider(Strict):
     kind: Literal["simulated"]
-    failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.0  # of a node request failing for lack of capacity
+    group_failure_rates: dict[Name, Annotated[float, Field(ge=0, le=1)]] = {}  # per node group (spot scarcer than on-demand), over failure_rate
+
+    def rate_for(self, group: str) -> float:
+        return self.group_failure_rates.get(group, self.failure_rate)
 
 
 Provider = Annotated[

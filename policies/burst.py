@@ -64,6 +64,7 @@ class BurstInputs:
     budget_usd_per_hour: float
     month_spend_usd: float
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
+    served: frozenset[str] = frozenset()  # jobs whose bought nodes are up and held for them
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def _group(fed: Federation, site: str, group: str) -> NodeGroup:
 def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
     pol = fed.policies.burst
     out = BurstDecision()
-    covered = {j for f in inp.in_flight for j in f.jobs}
+    covered = {j for f in inp.in_flight for j in f.jobs} | inp.served
     burn = sum(_group(fed, n.site, n.group).price_usd_per_hour for n in inp.nodes)
     burn += sum(_group(fed, f.site, f.group).price_usd_per_hour * f.count for f in inp.in_flight)
     used = {}

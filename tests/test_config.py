@@ -130,3 +130,24 @@ def test_a_child_queue_takes_sites_and_burst_from_its_nearest_ancestor_unless_it
     fed = parse(text)
     assert fed.queue("research-nlp").sites == ("idc-beijing", "gcp-us-central1") and fed.queue("research-nlp").burst
     assert fed.queue("research-vision").sites == ("idc-beijing",) and not fed.queue("research-vision").burst
+
+
+@pytest.mark.parametrize("rates,path,words", [
+    ("{nope: 1.0}", "sites.0.provider.group_failure_rates.nope", "no node group 'nope'"),
+    ("{od: 1.5}", "sites.0.provider.group_failure_rates.od", "less than or equal"),
+    ("{od: .nan}", "sites.0.provider.group_failure_rates.od", ""),
+])
+def test_a_simulated_clouds_failure_rate_per_group_names_a_group_and_is_a_probability(rates, path, words):
+    text = f"""
+federation: {{name: t, timezone: UTC}}
+sites:
+  - name: cloud
+    kind: simulated
+    provider: {{kind: simulated, group_failure_rates: {rates}}}
+    node_groups:
+      - {{name: od, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, max_nodes: 2}}
+queues: [{{name: q}}]
+"""
+    with pytest.raises(ConfigError) as e:
+        parse(text, "f.yaml")
+    assert any(p.path == path and words in p.message for p in e.value.problems), [str(p) for p in e.value.problems]

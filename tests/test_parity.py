@@ -10,6 +10,7 @@ own (a broken copy of a rule) fails here, as the last test shows.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from datetime import datetime, timedelta
@@ -23,6 +24,8 @@ from federation.runtime.sites import RaySite
 from federation.simulation.engine import SimOptions, Simulator
 from federation.simulation.traces import read_jsonl
 from federation.store import Store
+from providers.base import ProvidedNode, Provider, ProviderError
+from providers.errors import CAPACITY
 
 START = datetime(2026, 1, 5, 0, 0)  # the simulator's t = 0 (a Monday), in the federation's timezone
 
@@ -82,6 +85,40 @@ policies:
         {"id": "t-3", "submit_s": 30, "queue": "train", "tasks": 1, "gpus_per_task": 4, "duration_s": 300},
     ]),
 }
+# A gang that does not fit the IDC bursts; the cloud has no spot capacity (every spot request
+# fails), so the next cycle asks the spot group's on-demand fallback. While its nodes boot, a
+# burst queue's small jobs arrive: the nodes bought for the gang are the gang's, so the small
+# jobs buy their own instead of taking one of them. Idle nodes are given back afterwards.
+BURST = """
+federation: {name: parity, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}
+  - name: cloud
+    kind: simulated
+    provider: {kind: simulated, group_failure_rates: {spot: 1.0}}
+    node_groups:
+      - {name: spot, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, min_nodes: 0, max_nodes: 4,
+         spot: true, price_usd_per_hour: 10, fallback: ondemand, boot_s: 60}
+      - {name: ondemand, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, min_nodes: 0, max_nodes: 4,
+         price_usd_per_hour: 30, boot_s: 60}
+queues:
+  - {name: train, deserved: {gpu: 16}, burst: true}
+  - {name: batch, deserved: {gpu: 16}, burst: true}
+policies:
+  burst: {enabled: true, pending_wait_s: 20, budget_usd_per_hour: 200, scale_in_idle_s: 120, provisioning_timeout_s: 600}
+"""
+SCENARIOS["burst"] = (BURST, [
+    {"id": "fill-1", "submit_s": 0, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 1500},
+    {"id": "fill-2", "submit_s": 0, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 1500},
+    {"id": "gang", "submit_s": 10, "queue": "train", "tasks": 2, "gpus_per_task": 8, "duration_s": 600},
+    *[{"id": f"small-{i}", "submit_s": 100 + i, "queue": "batch", "tasks": 1, "gpus_per_task": 2, "duration_s": 300} for i in range(3)],
+])
+FAIL_AFTER_S = 30  # the simulator's: a failed request reports back after this long
+
 PRIORITIES = """
 priority_classes:
   - {name: batch, value: 100, default: true}
@@ -93,8 +130,8 @@ class TimedSite(RaySite):
     """A site that runs each dispatched job for its trace duration (stretched, as the simulator
     does, when an elastic gang started with fewer tasks), on the test's clock."""
 
-    def __init__(self, clock, jobs):
-        super().__init__("idc", "http://127.0.0.1:9")
+    def __init__(self, clock, jobs, name="idc"):
+        super().__init__(name, "http://127.0.0.1:9")
         self.clock, self.trace = clock, jobs
         self.runs: dict[str, tuple[float, str]] = {}  # dispatch id -> (ends at, state)
 
@@ -117,6 +154,44 @@ class TimedSite(RaySite):
             self.runs[dispatch_id] = (self.runs[dispatch_id][0], "STOPPED")
 
 
+class TimedCloud(Provider):
+    """A simulated site's cloud on the test's clock, as the simulator models it (without boot
+    jitter): a request's nodes are listed `boot_s` after it, or, in a group whose failure rate
+    is 1, it fails FAIL_AFTER_S after it. Nodes are named as the simulator names them (requests
+    numbered 1, 2, ... in the order they are made)."""
+
+    def __init__(self, fed, site, clock, numbers):
+        self.fed, self.site, self.clock, self.numbers = fed, site, clock, numbers
+        self.requests: dict[str, tuple] = {}  # id -> (group, count, asked at, number)
+        self.released: set[str] = set()
+        self.releases: list[tuple[float, str]] = []  # (when, node) of each node given back
+        self.reported: set[str] = set()
+
+    def request(self, request_id, group, count):
+        self.requests.setdefault(request_id, (group, count, self.clock[0], next(self.numbers)))
+
+    def _fails(self, group) -> bool:
+        return self.fed.site(self.site).provider.rate_for(group.name) >= 1.0
+
+    def list_nodes(self):
+        return [ProvidedNode(name, self.site, g.name, rid) for rid, (g, count, at, n) in self.requests.items()
+                if not self._fails(g) and self.clock[0] >= at + g.boot_s
+                for name in (f"{self.site}/{g.name}-r{n}-{i}" for i in range(count)) if name not in self.released]
+
+    def errors(self):
+        out = []
+        for rid, (g, _, at, _) in self.requests.items():
+            if self._fails(g) and self.clock[0] >= at + FAIL_AFTER_S and rid not in self.reported:
+                self.reported.add(rid)
+                out.append(ProviderError(rid, CAPACITY, "InsufficientCapacity"))
+        return out
+
+    def release(self, names):
+        listed = {n.name for n in self.list_nodes()}
+        self.releases += [(self.clock[0], n) for n in sorted(names) if n in listed]
+        self.released.update(names)
+
+
 def placements(ps) -> tuple:
     return tuple(sorted(json.dumps(p, sort_keys=True) for p in ps))
 
@@ -125,7 +200,7 @@ def simulated(config: str, jobs: list[dict], tmp_path) -> list[tuple]:
     fed = parse(config, "parity.yaml")
     path = tmp_path / "trace.jsonl"
     path.write_text("".join(json.dumps(j) + "\n" for j in jobs))
-    result = Simulator(fed, read_jsonl(path, fed), SimOptions(seed=1, start=START)).run()
+    result = Simulator(fed, read_jsonl(path, fed), SimOptions(seed=1, start=START, boot_jitter=(1.0, 1.0))).run()
     out = []
     for e in result.events:
         if e["type"] == "admit":
@@ -134,6 +209,10 @@ def simulated(config: str, jobs: list[dict], tmp_path) -> list[tuple]:
             out.append((e["t"], e["type"], e["job"], e["reason"] if e["type"] == "preempt" else None))
         elif e["type"] == "finish":
             out.append((e["t"], "finish", e["job"]))
+        elif e["type"] == "scale_up":
+            out.append((e["t"], "scale_up", e["site"], e["node_group"], e["count"], tuple(e["jobs"])))
+        elif e["type"] == "node_down":
+            out.append((e["t"], "node_down", e["node"]))
     return sorted(out, key=lambda e: (e[0], e[1], e[2]))
 
 
@@ -142,9 +221,12 @@ def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon
     t0 = START.replace(tzinfo=ZoneInfo(fed.timezone)).timestamp()
     clock = [t0]
     trace = {j["id"]: j for j in jobs}
-    site = TimedSite(clock, trace)
-    ctl = controller(fed, Store(tmp_path / "live.db"), {"idc": site}, clock=lambda: clock[0])
+    sites = {s.name: TimedSite(clock, trace, s.name) for s in fed.sites}
+    numbers = itertools.count(1)
+    clouds = {s.name: TimedCloud(fed, s.name, clock, numbers) for s in fed.sites if s.is_cloud}
+    ctl = controller(fed, Store(tmp_path / "live.db"), sites, clock=lambda: clock[0], providers=clouds)
     seen: dict[str, tuple] = {}
+    asked: set[str] = set()
     out = []
     horizon = horizon_s or max(j["submit_s"] for j in jobs) + 4 * sum(j["duration_s"] for j in jobs)
     for t in range(int(horizon)):
@@ -169,8 +251,13 @@ def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon
                 out.append((float(t), "preempt", row.id, re.match(r"preempted \((\w+)\)", row.message).group(1)))
             if row.status == "SUCCEEDED":
                 out.append((float(t), "finish", row.id))
-        if all(r.status == "SUCCEEDED" for r in ctl.store.jobs()) and len(seen) == len(jobs):
+        for r in ctl.ledger.requests():
+            if r.id not in asked:
+                asked.add(r.id)
+                out.append((float(t), "scale_up", r.site, r.group, r.count, tuple(r.jobs or ())))
+        if all(r.status == "SUCCEEDED" for r in ctl.store.jobs()) and len(seen) == len(jobs) and not ctl.cloud_nodes:
             break
+    out += [(when - t0, "node_down", name) for c in clouds.values() for when, name in c.releases]
     return sorted(out, key=lambda e: (e[0], e[1], e[2]))
 
 

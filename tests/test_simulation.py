@@ -247,3 +247,47 @@ def test_fedctl_simulate_on_a_bad_trace_exits_2_naming_the_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "federation.cli", "simulate", "--config", str(SMALL), "--trace", str(bad), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f"{bad}:1: tasks:" in r.stderr and "Traceback" not in r.stderr
+
+
+CLAIMS = """
+federation: {name: claims, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 1}
+  - name: cloud
+    kind: simulated
+    provider: {kind: simulated}
+    node_groups:
+      - {name: od, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, min_nodes: 0, max_nodes: 6,
+         price_usd_per_hour: 30, boot_s: 300}
+queues:
+  - {name: train, deserved: {gpu: 8}, burst: true}
+  - {name: batch, burst: true}
+policies:
+  burst: {enabled: true, pending_wait_s: 20, budget_usd_per_hour: 500, scale_in_idle_s: 600}
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_cloud_nodes_bought_for_a_gang_are_its_own_until_it_starts(tmp_path, seed):
+    """The gang's two nodes boot at different times; small jobs of another burst queue wait
+    meanwhile. They may not take the gang's first node (they buy their own), the gang starts as
+    its last node comes up, and nothing is bought twice for it."""
+    from federation.config import parse
+    from federation.simulation.engine import Simulator
+
+    fed = parse(CLAIMS, "claims.yaml")
+    records = [{"id": "fill", "submit_s": 0, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 5000},
+               {"id": "gang", "submit_s": 10, "queue": "train", "tasks": 2, "gpus_per_task": 8, "duration_s": 600},
+               *[{"id": f"small-{i}", "submit_s": 200 + i, "queue": "batch", "tasks": 1, "gpus_per_task": 2, "duration_s": 3000} for i in range(3)]]
+    events = Simulator(fed, read_jsonl(write_trace(tmp_path, records), fed), SimOptions(seed=seed)).run().events
+    [ask] = [e for e in events if e["type"] == "scale_up" and "gang" in e["jobs"]]
+    ups = [e for e in events if e["type"] == "node_up" and e["site"] == "cloud"]
+    mine = [e for e in ups if e["t"] > ask["t"]][:2]  # the first request's nodes
+    assert {e["node"] for e in mine} == {f"cloud/od-r1-{i}" for i in range(2)} and mine[0]["t"] < mine[1]["t"]
+    [gang] = [e for e in events if e["type"] == "admit" and e["job"] == "gang"]
+    assert gang["t"] == mine[1]["t"] and {p["node"] for p in gang["placements"]} == {e["node"] for e in mine}
+    smalls = [e for e in events if e["type"] == "admit" and e["job"].startswith("small")]
+    assert len(smalls) == 3 and not any(p["node"] in {e["node"] for e in mine} for s in smalls for p in s["placements"] if s["t"] < gang["t"])

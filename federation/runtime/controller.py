@@ -61,6 +61,7 @@ class Controller:
         self.ledger = ledger or RequestLedger()
         self.in_flight: dict[str, burst_policy.InFlight] = {}
         self.delivered: dict[str, int] = {}  # request -> how many of its nodes are listed now
+        self.made_by: dict[str, str] = {}  # cloud node -> the request that made it
         self.failed: list[ProvisionFailure] = []  # since the last cycle
         self.cloud_nodes: tuple[Node, ...] = ()
         self.config_nodes = config_nodes(fed, [s for s in sites if s not in self.inventories])
@@ -182,7 +183,7 @@ class Controller:
         prewarm = self.forecast.prewarm_gpus(now, sum(n.gpus for n in self.fixed_nodes)) if self.providers else 0.0
         arrived = by_id.keys() - self.last_pending
         d = self.cycle.step(Observation(now, local, nodes, tuple(running), by_id, arrived, self._submitted(arrived, rows), in_flight,
-                                        tuple(self.failed), self.ledger.spend(self._month(now)), prewarm))
+                                        tuple(self.failed), self.ledger.spend(self._month(now)), prewarm, self.made_by))
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
             self.log(f"{site}: not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}")
@@ -227,10 +228,10 @@ class Controller:
     def nodes(self) -> tuple[Node, ...]:
         return self.fixed_nodes + self.cloud_nodes
 
-    def _listed(self, providers: dict[str, Provider]) -> tuple[list[Node], dict[str, int]]:
-        """The nodes the providers list, as core nodes, and how many each request has. A site
+    def _listed(self, providers: dict[str, Provider]) -> tuple[list[Node], dict[str, str]]:
+        """The nodes the providers list, as core nodes, and the request that made each. A site
         that cannot be listed now keeps its last listing: a failed call is not an empty cloud."""
-        nodes, per_request = [], {}
+        nodes, made_by = [], {}
         for site, prov in providers.items():
             found = prov.list_nodes()
             if found is None:
@@ -240,8 +241,8 @@ class Controller:
                 self.fresh.add(site)
             for pn in found:
                 nodes.append(group_node(site, self.fed.site(site).node_group(pn.group), pn.name, pn.rack, pn.schedulable))
-                per_request[pn.request_id] = per_request.get(pn.request_id, 0) + 1
-        return nodes, per_request
+                made_by[pn.name] = pn.request_id
+        return nodes, made_by
 
     def _refresh_fixed(self) -> None:
         """A fixed fleet behind an API (Kubernetes) is what it lists now: nodes down or cordoned drop out."""
@@ -256,7 +257,8 @@ class Controller:
     def _refresh_cloud(self, now: float) -> None:
         """Cloud nodes are what the providers list; requests that delivered, or failed, end (the
         cycle decides what a failure blocks, and when a slow request is given up)."""
-        nodes, seen = self._listed(self.providers)
+        nodes, self.made_by = self._listed(self.providers)
+        seen = Counter(self.made_by.values())
         for site, prov in self.providers.items():
             for err in prov.errors():
                 self.log(f"{site}: {err.kind}: {err.message}")

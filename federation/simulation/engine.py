@@ -53,6 +53,7 @@ class SimOptions:
     start: datetime | None = None  # wall-clock time of t = 0 (default 2026-01-05T00:00, a Monday)
     samples: int = 240  # points of the time series in the report
     progress: Callable[[float, int, int], None] | None = None  # (t, done, total)
+    boot_jitter: tuple[float, float] = (0.9, 1.25)  # a cloud node boots in boot_s x uniform(these)
 
 
 @dataclass
@@ -509,7 +510,7 @@ class Simulator:
             self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
         obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.running.values()), self.pending, self.arrived,
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
-                          self.ledger.total_cost - self.month_base_usd, self.prewarm)
+                          self.ledger.total_cost - self.month_base_usd, self.prewarm, self.cloud)
         self.arrived, self.submitted, self.failed = set(), [], []
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
@@ -542,7 +543,7 @@ class Simulator:
     def _scale_up(self, t: float, up: burst_policy.ScaleUp) -> None:
         g = self.fed.site(up.site).node_group(up.group)
         site = self.fed.site(up.site)
-        failure_rate = getattr(site.provider, "failure_rate", 0.0)
+        failure_rate = site.provider.rate_for(up.group) if site.provider is not None and site.provider.kind == "simulated" else 0.0
         req_id = str(next(self.req_ids))
         self.in_flight[req_id] = burst_policy.InFlight(req_id, up.site, up.group, up.count, t, up.jobs)
         self.cloud_stats["scale_ups"] += 1
@@ -551,7 +552,7 @@ class Simulator:
             if self.rng.random() < failure_rate:
                 self.push(t + FAIL_AFTER_S, "failed", req_id, i)
             else:
-                self.push(t + g.boot_s * self.rng.uniform(0.9, 1.25), "ready", req_id, i)
+                self.push(t + g.boot_s * self.rng.uniform(*self.opt.boot_jitter), "ready", req_id, i)
 
     def _sample_until(self, t: float) -> None:
         while self.next_sample <= t:
