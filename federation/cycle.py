@@ -78,7 +78,7 @@ class Observation:
     failed: tuple[ProvisionFailure, ...] = ()
     month_spend_usd: float = 0.0
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
-    made_by: dict[str, str] = field(default_factory=dict)  # cloud node -> the request that made it
+    bought_for: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the jobs its request was made for
 
 
 @dataclass
@@ -114,7 +114,6 @@ class DecisionCycle:
         self.wake: float | None = None
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_since: dict[str, float] = {}
-        self.bought_for: dict[str, tuple[str, ...]] = {}  # cloud request -> the jobs it was made for
         self.up_since: dict[str, float] = {}  # cloud node made for jobs -> when this cycle first saw it
         self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
         # placement weighs fragmentation by the mix of the jobs submitted so far (FGD's target workload)
@@ -198,22 +197,16 @@ class DecisionCycle:
         likewise): until it starts, other work may not take them and they are not given back. The
         claim lapses `provisioning_timeout_s` after the node came up, so capacity bought for a job
         that cannot start there (its quota shrank meanwhile) returns to everyone."""
-        for f in obs.in_flight:
-            if f.jobs:
-                self.bought_for[f.request_id] = f.jobs
         claims, up_since = {}, {}
         lapse = self.fed.policies.burst.provisioning_timeout_s
         for n in cloud:
-            jobs = self.bought_for.get(obs.made_by.get(n.name, ""), ())
-            waiting = tuple(j for j in jobs if j in obs.pending)
+            waiting = tuple(j for j in obs.bought_for.get(n.name, ()) if j in obs.pending)
             if not waiting:
                 continue
             since = up_since[n.name] = self.up_since.get(n.name, obs.now)
             if obs.now < since + lapse:
                 claims[n.name] = waiting
         self.up_since = up_since
-        live = {obs.made_by.get(n.name) for n in cloud} | {f.request_id for f in obs.in_flight}
-        self.bought_for = {r: jobs for r, jobs in self.bought_for.items() if r in live}
         return claims
 
     def _burst(self, obs: Observation, plan: Plan, state: CycleState, cloud: list[Node], in_flight, claims, out: Decisions) -> list[float]:

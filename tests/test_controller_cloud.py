@@ -31,14 +31,14 @@ sites:
     ray_address: http://127.0.0.1:9
     provider: {{kind: aws, region: us-east-1, launch_template: {template}, subnet_ids: [{subnet}], endpoint_url: {endpoint}}}
     node_groups: {groups}
-queues:
-  - {{name: research, deserved: {{gpu: 8}}, burst: true}}
+queues: {queues}
 policies:
   burst: {{enabled: true, pending_wait_s: 60, budget_usd_per_hour: 200, provisioning_timeout_s: 600, scale_in_idle_s: 300}}
   tidal: {tidal}
 """
 
 
+RESEARCH = "[{name: research, deserved: {gpu: 8}, burst: true}]"
 P4D = """
       - {name: p4d, instance_type: p4d.24xlarge, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96,
          memory_gib_per_node: 1152, max_nodes: 4, price_usd_per_hour: 30, boot_s: 300}"""
@@ -54,7 +54,7 @@ def cloud(moto_server, tmp_path, request):
     proxy = FaultyProxy(moto_server)
     given = getattr(request, "param", {})  # a test may give the config tidal policies or other node groups
     fed = parse(CONFIG.format(fed=f"ctl-{uuid.uuid4().hex[:6]}", template=template, subnet=subnet, endpoint=proxy.url,
-                              tidal=given.get("tidal", "[]"), groups=given.get("groups", P4D)))
+                              tidal=given.get("tidal", "[]"), groups=given.get("groups", P4D), queues=given.get("queues", RESEARCH)))
     clock = [1_800_000_000.0]
     made = []
 
@@ -76,9 +76,9 @@ def cloud(moto_server, tmp_path, request):
     proxy.close()
 
 
-def submit_gang(ctl, job_id, tasks=2):
+def submit_gang(ctl, job_id, tasks=2, queue="research", gpus=8):
     ctl.submit({"entrypoint": "python train.py", "submission_id": job_id,
-                "metadata": {"queue": "research", "tasks": str(tasks), "gpus_per_task": "8"}})
+                "metadata": {"queue": queue, "tasks": str(tasks), "gpus_per_task": str(gpus)}})
 
 
 def test_a_gang_that_waits_past_pending_wait_bursts_and_is_admitted_on_the_new_nodes(cloud):
@@ -125,6 +125,26 @@ def test_a_restart_mid_scale_up_resumes_the_request_without_a_second_launch(clou
     assert "MinCount=1" in run  # only the missing node
     assert [r.id for r in ctl2.ledger.requests("aws")] == ["burst-1"]  # the gang is not asked for again
     assert ctl2.store.get("big").site == "aws"
+
+
+@pytest.mark.parametrize("cloud", [{"queues": "[{name: research, deserved: {gpu: 8}, burst: true}, {name: batch}]"}], indirect=True)
+def test_nodes_bought_for_a_gang_stay_its_own_across_a_restart(cloud):
+    """A job of another queue, first in fair-share order (its queue uses nothing), arrives while
+    the gang's nodes boot, and the controller restarts meanwhile. The journal says whom the nodes
+    were bought for, so the gang gets them; the other job keeps waiting."""
+    controller, clock, _, instances = cloud
+    ctl, prov = controller()
+    submit_gang(ctl, "fill", tasks=1)
+    ctl.tick()  # the IDC node is full
+    ctl, prov = requested_on_cloud(lambda: (ctl, prov), clock)
+    prov.close()
+    ctl2, prov2 = controller()
+    submit_gang(ctl2, "small", tasks=1, queue="batch", gpus=2)
+    clock[0] += 300
+    ctl2.tick()
+    big, small = ctl2.store.get("big"), ctl2.store.get("small")
+    assert big.status == "ADMITTED" and {p["node"] for p in big.placements} == {i["InstanceId"] for i in instances()}
+    assert small.status == "PENDING"
 
 
 SPOT_THEN_ON_DEMAND = """

@@ -62,6 +62,7 @@ class Controller:
         self.in_flight: dict[str, burst_policy.InFlight] = {}
         self.delivered: dict[str, int] = {}  # request -> how many of its nodes are listed now
         self.made_by: dict[str, str] = {}  # cloud node -> the request that made it
+        self.request_jobs: dict[str, tuple[str, ...]] = {}  # cloud request -> the jobs it was made for (journaled)
         self.failed: list[ProvisionFailure] = []  # since the last cycle
         self.cloud_nodes: tuple[Node, ...] = ()
         self.config_nodes = config_nodes(fed, [s for s in sites if s not in self.inventories])
@@ -183,7 +184,7 @@ class Controller:
         prewarm = self.forecast.prewarm_gpus(now, sum(n.gpus for n in self.fixed_nodes)) if self.providers else 0.0
         arrived = by_id.keys() - self.last_pending
         d = self.cycle.step(Observation(now, local, nodes, tuple(running), by_id, arrived, self._submitted(arrived, rows), in_flight,
-                                        tuple(self.failed), self.ledger.spend(self._month(now)), prewarm, self.made_by))
+                                        tuple(self.failed), self.ledger.spend(self._month(now)), prewarm, self._bought_for()))
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
             self.log(f"{site}: not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}")
@@ -272,6 +273,13 @@ class Controller:
                 del self.in_flight[rid]
                 if not self.providers[f.site].durable:  # cloud providers journal their own deliveries
                     self.ledger.update(rid, state="DELIVERED")
+
+    def _bought_for(self) -> dict[str, tuple[str, ...]]:
+        """Each cloud node's jobs, as its request's journal entry names them (so a restart keeps them)."""
+        for rid in set(self.made_by.values()) - self.request_jobs.keys():
+            r = self.ledger.get(rid)
+            self.request_jobs[rid] = tuple(r.jobs or ()) if r is not None else ()
+        return {name: self.request_jobs[rid] for name, rid in self.made_by.items()}
 
     def _cancel(self, rid: str) -> None:
         f = self.in_flight.pop(rid)

@@ -106,6 +106,7 @@ class Simulator:
         self.nodes: dict[str, Node] = {}
         self.node_jobs: dict[str, set[str]] = {}
         self.cloud: dict[str, str] = {}  # cloud node -> the request that made it
+        self.bought_for: dict[str, tuple[str, ...]] = {}  # cloud node -> the jobs its request was made for
         self.in_flight: dict[str, burst_policy.InFlight] = {}
         self.failed: list[ProvisionFailure] = []  # since the last cycle
         self.ledger = Ledger()
@@ -333,6 +334,8 @@ class Simulator:
         if request is not None:
             trigger = self.jobs[request.jobs[0]].spec.queue if request.jobs else None
             self.cloud[node.name] = request.request_id
+            if request.jobs:
+                self.bought_for[node.name] = request.jobs
             self.cloud_stats["peak_nodes"] = max(self.cloud_stats["peak_nodes"], len(self.cloud))
         self.ledger.node_up(t, node.name, node.site, node.gpus, request is not None, g.price_usd_per_hour, trigger,
                             paid_since=request.requested_s if request else None)
@@ -343,6 +346,7 @@ class Simulator:
         node = self.nodes.pop(name)
         self.node_jobs.pop(name, None)
         self.cloud.pop(name, None)
+        self.bought_for.pop(name, None)
         self.state.cluster.remove_node(name)
         self.state.quota.capacity = node_capacity(self.nodes.values())
         self.ledger.node_down(t, name)
@@ -510,7 +514,7 @@ class Simulator:
             self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
         obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.running.values()), self.pending, self.arrived,
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
-                          self.ledger.total_cost - self.month_base_usd, self.prewarm, self.cloud)
+                          self.ledger.total_cost - self.month_base_usd, self.prewarm, self.bought_for)
         self.arrived, self.submitted, self.failed = set(), [], []
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
