@@ -6,7 +6,9 @@ the time, the month's spend) and act on what comes back (`Decisions`: admissions
 reasons, cloud scale-ups, releases and cancellations, when to decide again). Everything between
 lives here or below: the tidal quotas of the moment, the full-or-incremental rule, the scheduling
 core, the blocking of cloud options that failed (failover is a decision of the next cycle, not a
-provider's), burst and scale-in, and which waiting jobs want capacity (for the MIG managers).
+provider's), who cloud nodes were bought for, burst and scale-in, the demand forecast (learned
+hour by hour; pre-warm and MIG instances wanted ahead), and which waiting jobs want capacity (for
+the MIG managers).
 
 It keeps what a decision needs from the last cycle (reservations, since-when a queue is over its
 capability, blocked options, since-when a cloud node is idle) and nothing that a shell must
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from federation.mig.manager import CAPACITY_REASONS, MigManager
 from federation.model import (
@@ -34,6 +36,7 @@ from federation.quota import QuotaTree
 from federation.reasons import Reason
 from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
 from policies import burst as burst_policy
+from policies.forecast import Forecaster, hour_of_week, job_demand
 from policies.placement import MixTally, make_strategy
 from policies.tidal import effective_burst, effective_queues, upcoming_reserves
 from providers.errors import AUTH, CAPACITY, INVALID, QUOTA
@@ -77,7 +80,6 @@ class Observation:
     in_flight: tuple[burst_policy.InFlight, ...] = ()  # cloud requests still to deliver (count: nodes not up yet)
     failed: tuple[ProvisionFailure, ...] = ()
     month_spend_usd: float = 0.0
-    prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
     bought_for: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the jobs its request was made for
 
 
@@ -92,6 +94,9 @@ class Decisions:
     cancel: list[tuple[str, str]] = field(default_factory=list)  # (request id, why): give up, keep nothing it made
     blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (site, group, why) newly blocked
     capacity_waiting: list[JobSpec] = field(default_factory=list)  # what the MIG managers may slice for
+    prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
+    mig_forecast: dict[str, dict[str, int]] | None = None  # site -> profile -> MIG instances predicted one lead time ahead
+    learn_at: float | None = None  # when the forecast next needs a cycle (an hour's end, a lead time before it)
     wake_at: float | None = None  # decide again by then, even if nothing happens
 
 
@@ -122,7 +127,10 @@ class DecisionCycle:
         if state is not None:
             state.strategy = self.strategy
         self.bursting = any(s.is_cloud for s in fed.sites)
-        self.mig = any(MigManager(fed, s.name).active for s in fed.sites)
+        mig_sites = [s.name for s in fed.sites if MigManager(fed, s.name).active]
+        self.mig = bool(mig_sites)
+        fc = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
+        self.forecast = Forecaster(fc.lead_s, fc.history_days, mig_sites) if fc else None
 
     def step(self, obs: Observation) -> Decisions:
         now, fed = obs.now, self.fed
@@ -141,7 +149,9 @@ class DecisionCycle:
         cloud = [n for n in obs.nodes if fed.site(n.site).is_cloud] if self.bursting else []
         claims = self._claims(obs, cloud)
         over = self.last.over_capability_since if self.last else {}
-        if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or obs.prewarm_gpus):
+        if self.forecast is not None:
+            out.learn_at = self._forecast(obs, out)
+        if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or out.prewarm_gpus):
             return out  # nothing could change
         # Full, or only the new arrivals: when, since the last cycle, jobs only arrived, what
         # waited then would wait the same way now (see incremental_pending).
@@ -169,8 +179,27 @@ class DecisionCycle:
             self.last_full_s = now
         self._remember_reasons(obs, out)
         later = [w for w in wakes if w > now]
+        if not full and self.wake is not None and self.wake > now:
+            later.append(self.wake)  # an incremental cycle looked at too little to drop what a full one asked for
         out.wake_at = self.wake = min(later) if later else None
         return out
+
+    def _forecast(self, obs: Observation, out: Decisions) -> float:
+        """Learn this cycle's demand; what the forecast wants ready one lead time from now (cloud
+        GPUs, MIG instances); when it needs the next cycle."""
+        fc, fed = self.forecast, self.fed
+        demand: dict[str, float] = {}
+        for spec, site in [*((r.spec, r.site) for r in obs.running), *((j, None) for j in obs.pending.values())]:
+            for key, amount in job_demand(spec, site, fc.mig_sites):
+                demand[key] = demand.get(key, 0.0) + amount
+        fc.observe(obs.local, demand)
+        ahead = obs.local + timedelta(seconds=fc.lead_s)
+        if self.bursting:
+            predicted = fc.profile.queue_gpus(fed.leaf_queues, hour_of_week(ahead))
+            fixed = sum(n.gpus for n in obs.nodes if not fed.site(n.site).is_cloud)
+            out.prewarm_gpus = burst_policy.prewarm_gpus(fed, predicted, fixed, effective_queues(fed, ahead))
+        out.mig_forecast = {site: fc.profile.mig_instances(site, hour_of_week(ahead)) for site in fc.mig_sites}
+        return obs.now + min(fc.wakes(obs.local))
 
     def _expire_and_block(self, obs: Observation, out: Decisions) -> None:
         """Failed and overdue requests block their option (by the scope their error names); old blocks expire."""
@@ -227,7 +256,7 @@ class DecisionCycle:
         self.idle_since = {k: v for k, v in self.idle_since.items() if k in present}
         enabled, budget = effective_burst(fed, obs.local)
         d = burst_policy.decide(fed, now, burst_policy.BurstInputs(
-            plan.capacity_requests, tuple(nodes), in_flight, frozenset(self.blocked), enabled, budget, obs.month_spend_usd, obs.prewarm_gpus,
+            plan.capacity_requests, tuple(nodes), in_flight, frozenset(self.blocked), enabled, budget, obs.month_spend_usd, out.prewarm_gpus,
             frozenset(j for jobs in claims.values() for j in jobs)))
         for job_id, (code, message) in d.reasons.items():
             out.reasons[job_id] = PendingReason(code, message)

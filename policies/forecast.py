@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 HOURS = 168  # hours in a week
 
@@ -126,3 +126,72 @@ def hourly_peak(intervals: Iterable[tuple[str, float, float, float]], start_s: f
                 peaks[h] = max(peaks[h], level)
         out[key] = peaks
     return out
+
+
+def job_demand(spec, site: str | None, mig_sites: Sequence[str]) -> list[tuple[str, float]]:
+    """What one live job (waiting or running) counts for in the demand: its queue's GPUs, as
+    many as it asks for, and for a MIG job its instances at its site (at every MIG site while it
+    has none there yet: any may serve it)."""
+    out = [(queue_key(spec.queue), spec.per_task.gpu * spec.tasks)]
+    if spec.mig_profile is not None:
+        out += [(mig_key(s, spec.mig_profile), float(spec.tasks)) for s in ([site] if site in mig_sites else mig_sites)]
+    return out
+
+
+class Forecaster:
+    """The forecast as the decision cycle keeps it, in the simulator and the live controller alike.
+
+    Each cycle's demand (what live jobs ask for, `job_demand`) raises the peak of the hour under
+    way; when the hour is over its peak is scored against what the profile had predicted for it
+    (beside "the same as the hour before") and then learned. An hour with no cycle held the
+    demand of the last one. The live controller seeds the profile from its journal at start."""
+
+    def __init__(self, lead_s: float, history_days: float, mig_sites: Sequence[str] = ()):
+        self.lead_s, self.mig_sites = lead_s, tuple(mig_sites)
+        self.profile = WeeklyProfile(alpha_for(history_days))
+        self.hour: datetime | None = None  # local start of the hour under way
+        self.level: dict[str, float] = {}  # the demand at the last cycle
+        self.peak: dict[str, float] = {}  # the most demand in the hour under way
+        self.last_peak: dict[str, float] = {}  # the hour before's
+        # scored apart: queues' GPUs (backlogs included) and MIG instances are different quantities
+        self.err = {kind: {"hours": 0, "profile_abs": 0.0, "last_hour_abs": 0.0} for kind in ("queue_gpus", "mig_instances")}
+
+    def observe(self, local: datetime, demand: dict[str, float]) -> None:
+        hour = local.replace(minute=0, second=0, microsecond=0)
+        if self.hour is None or hour - self.hour > timedelta(hours=HOURS):
+            self.hour = hour  # first sight, or after an outage longer than any history: start afresh
+        while self.hour < hour:
+            self._close(hour_of_week(self.hour))
+            self.hour += timedelta(hours=1)
+            self.peak = dict(self.level)
+        self.level = demand
+        for k, v in demand.items():
+            if v > self.peak.get(k, 0.0):
+                self.peak[k] = v
+
+    def _close(self, how: int) -> None:
+        for key in self.peak.keys() | self.last_peak.keys():
+            v = self.peak.get(key, 0.0)
+            guess = self.profile.predict(key, how)
+            if guess is not None:
+                e = self.err["queue_gpus" if is_queue_key(key) else "mig_instances"]
+                e["hours"] += 1
+                e["profile_abs"] += abs(guess - v)
+                e["last_hour_abs"] += abs(self.last_peak.get(key, 0.0) - v)
+            self.profile.observe(key, how, v)
+        self.last_peak = self.peak
+
+    def ahead(self, local: datetime) -> int:
+        """The hour of the week one lead time from `local`: the one to get ready for."""
+        return hour_of_week(local + timedelta(seconds=self.lead_s))
+
+    def wakes(self, local: datetime) -> list[float]:
+        """Seconds from `local` to the instants the forecast needs a cycle: the hour's end (to
+        learn it) and one lead time before it (to get ready for the next)."""
+        left = 3600 - (local.minute * 60 + local.second + local.microsecond / 1e6)
+        return [s for s in (left, left - self.lead_s % 3600) if s > 0]
+
+    def scores(self) -> dict[str, dict]:
+        """Per kind of demand, the profile's mean hourly error over the hours it predicted, beside "the same as an hour ago"."""
+        return {kind: {"scored_hours": e["hours"], "profile_mae": round(e["profile_abs"] / e["hours"], 3),
+                       "last_hour_mae": round(e["last_hour_abs"] / e["hours"], 3)} for kind, e in self.err.items() if e["hours"]}

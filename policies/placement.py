@@ -123,8 +123,8 @@ class Strategy(ABC):
 
     def choose_gpus(self, st: NodeState, job: JobSpec) -> Fit:
         """GPUs for one task on a node known to fit it: lowest free indices; the fullest shared GPU."""
-        if job.mig_profile is not None:
-            inst = next(i for i in st.mig_free if i[1] == job.mig_profile)
+        if job.mig_profile is not None:  # the first free instance by GPU and slice, whatever order they were freed in
+            inst = min(i for i in st.mig_free if i[1] == job.mig_profile)
             return Fit(gpus=(inst[0],), mig=inst)
         m = job.per_task.gpu_milli
         if m == 0:

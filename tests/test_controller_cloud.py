@@ -267,7 +267,6 @@ def test_the_forecast_learned_from_the_journal_boots_nodes_ahead_of_the_evening_
     prov.wait(60)
     assert instances() == [] and ctl.status()["tidal"]["forecast_prewarm_gpus"] == 0
     clock[0] = day0 + 7 * 86400 + 19 * 3600 + 46 * 60
-    ctl.forecast.learned_s = float("-inf")  # as an hour later: the profile is learned again
     ctl.tick()
     prov.wait(60)
     assert ctl.status()["tidal"]["forecast_prewarm_gpus"] == 8

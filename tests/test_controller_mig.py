@@ -143,7 +143,6 @@ def test_the_forecast_learned_from_the_journal_slices_ahead_of_the_evening_infer
     ctl.tick()
     assert ctl.store.mig_layouts() == []  # no peak one lead time ahead
     clock[0] = day0 + 7 * 86400 + 19 * 3600 + 46 * 60
-    ctl.forecast.learned_s = float("-inf")  # as an hour later: the profile is learned again
     ctl.tick()
     sliced = [p for *_, layout, _, state, _ in ctl.store.mig_layouts() for p, _ in layout]
     assert sliced.count("1g.10gb") >= 3 and not ctl.store.jobs({"PENDING"})

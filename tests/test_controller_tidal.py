@@ -96,7 +96,7 @@ def test_fedctl_status_shows_how_well_the_forecast_predicted_the_last_day(tmp_pa
         serving.close()
     assert r.returncode == 0, r.stderr
     assert "forecast error over the last 24 h, learned without them: 0.00 GPUs per queue and hour" in r.stdout, r.stdout
-    assert c.forecast.error["last_hour_mae"] > 0
+    assert c.forecast_error["last_hour_mae"] > 0
     assert waiting in r.stdout
 
 

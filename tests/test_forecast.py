@@ -169,3 +169,24 @@ def test_the_live_forecast_scores_the_last_day_before_learning_from_it():
     assert profile.predict("queue:research-nlp", 24 + 4) == 16  # Monday 20:00 UTC is Tuesday 04:00 in Shanghai
     _, short = profile_from(fed, rows, now, history_days=7)
     assert short is None  # a week of history leaves less than a week before the day held out
+
+
+def test_the_cycles_forecast_learns_each_hour_at_its_peak_and_a_quiet_hour_at_the_level_it_held():
+    """A 16-GPU gang runs from 10:05 to 13:10 with no cycle in between (the simulator has no
+    event then): hours 10, 11 and 12 held it, 13 held it until 13:10; 14 held nothing."""
+    from datetime import datetime, timedelta
+
+    from policies.forecast import Forecaster
+
+    fc = Forecaster(lead_s=900, history_days=7)
+    monday = datetime(2027, 3, 1)
+    fc.observe(monday + timedelta(hours=10, minutes=5), {"queue:research": 16.0})
+    fc.observe(monday + timedelta(hours=13, minutes=10), {})
+    fc.observe(monday + timedelta(hours=15), {})
+    assert [fc.profile.predict("queue:research", h) for h in range(10, 15)] == [16.0, 16.0, 16.0, 16.0, 0.0]
+    assert fc.profile.predict("queue:research", 9) is None  # before anything was seen
+    # a week later the same hours are predicted before they are learned again, and scored
+    fc.observe(monday + timedelta(days=7, hours=10), {"queue:research": 16.0})
+    fc.observe(monday + timedelta(days=7, hours=11), {"queue:research": 16.0})
+    assert fc.scores()["queue_gpus"] == {"scored_hours": 1, "profile_mae": 0.0, "last_hour_mae": 16.0}
+    assert fc.wakes(monday + timedelta(hours=19, minutes=40)) == [1200.0, 300.0]  # the hour's end; one lead time before it

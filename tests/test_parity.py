@@ -2,9 +2,10 @@
 
 Each scenario runs through `fedctl simulate`'s engine and through the live `Controller` on a fake
 clock that ticks every second, with in-process sites that run each dispatched job for its
-trace duration (jobs go in through `Controller.submit`, as the API passes them on). The
+trace duration (jobs go in through `Controller.submit`, as the API passes them on). Cloud sites
+are fake providers on the same clock (`TimedCloud`), MIG backends likewise (`TimedSlicer`). The
 decisions (admissions with their placements, preemptions with their reasons, requeues,
-finishes) are compared event by event: any difference is a failure. A shell that decided on its
+finishes, cloud scale-ups and releases) are compared event by event: any difference is a failure. A shell that decided on its
 own (a broken copy of a rule) fails here, as the last test shows.
 """
 
@@ -20,12 +21,14 @@ import pytest
 
 from federation.config import parse
 from federation.runtime.controller import Controller
+from federation.runtime.mig import LiveMig
 from federation.runtime.sites import RaySite
 from federation.simulation.engine import SimOptions, Simulator
 from federation.simulation.traces import read_jsonl
 from federation.store import Store
 from providers.base import ProvidedNode, Provider, ProviderError
 from providers.errors import CAPACITY
+from providers.mig_backends import ApplyState
 
 START = datetime(2026, 1, 5, 0, 0)  # the simulator's t = 0 (a Monday), in the federation's timezone
 
@@ -117,6 +120,28 @@ SCENARIOS["burst"] = (BURST, [
     {"id": "gang", "submit_s": 10, "queue": "train", "tasks": 2, "gpus_per_task": 8, "duration_s": 600},
     *[{"id": f"small-{i}", "submit_s": 100 + i, "queue": "batch", "tasks": 1, "gpus_per_task": 2, "duration_s": 300} for i in range(3)],
 ])
+# A MIG site: inference services of two profiles arrive; the MIG manager slices GPUs for them
+# (each re-slice takes reconfigure_s), and a whole-GPU job takes what is left unsliced.
+MIG = """
+federation: {name: parity, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 4, cpus_per_node: 64, memory_gib_per_node: 512, count: 1,
+         mig: {enabled: true, backend: none}}
+queues:
+  - {name: serve, deserved: {gpu: 4}}
+policies:
+  mig: {reconfigure_s: 30, reconfigure_drain_s: 60}
+"""
+SCENARIOS["mig"] = (MIG, [
+    *[{"id": f"small-{i}", "submit_s": 5 * i, "queue": "serve", "tasks": 1, "mig_profile": "1g.10gb", "duration_s": 600} for i in range(3)],
+    *[{"id": f"mid-{i}", "submit_s": 20 + i, "queue": "serve", "tasks": 1, "mig_profile": "3g.40gb", "duration_s": 400} for i in range(2)],
+    {"id": "whole", "submit_s": 40, "queue": "serve", "tasks": 1, "gpus_per_task": 1, "duration_s": 300},
+    {"id": "late", "submit_s": 900, "queue": "serve", "tasks": 1, "mig_profile": "3g.40gb", "duration_s": 200},
+])
 FAIL_AFTER_S = 30  # the simulator's: a failed request reports back after this long
 
 PRIORITIES = """
@@ -192,6 +217,20 @@ class TimedCloud(Provider):
         self.released.update(names)
 
 
+class TimedSlicer:
+    """A MIG backend on the test's clock: a node's new layout is applied `reconfigure_s` after it
+    is asked for, as the simulator models it."""
+
+    def __init__(self, clock, reconfigure_s):
+        self.clock, self.delay, self.asked = clock, reconfigure_s, {}
+
+    def apply(self, node, layouts):
+        self.asked[node] = self.clock[0]
+
+    def state(self, node, layouts):
+        return ApplyState("success" if self.clock[0] >= self.asked[node] + self.delay else "pending")
+
+
 def placements(ps) -> tuple:
     return tuple(sorted(json.dumps(p, sort_keys=True) for p in ps))
 
@@ -224,7 +263,10 @@ def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon
     sites = {s.name: TimedSite(clock, trace, s.name) for s in fed.sites}
     numbers = itertools.count(1)
     clouds = {s.name: TimedCloud(fed, s.name, clock, numbers) for s in fed.sites if s.is_cloud}
-    ctl = controller(fed, Store(tmp_path / "live.db"), sites, clock=lambda: clock[0], providers=clouds)
+    store = Store(tmp_path / "live.db")
+    slicers = {s.name: LiveMig(fed, s.name, store, TimedSlicer(clock, fed.policies.mig.reconfigure_s)) for s in fed.sites
+               if any(g.mig_enabled for g in s.node_groups)}
+    ctl = controller(fed, store, sites, clock=lambda: clock[0], providers=clouds, mig=slicers)
     seen: dict[str, tuple] = {}
     asked: set[str] = set()
     out = []
@@ -278,6 +320,12 @@ def test_the_scenarios_exercise_what_they_are_named_for(tmp_path):
     sim = simulated(SCENARIOS["tidal"][0] + PRIORITIES, SCENARIOS["tidal"][1], tmp_path)
     opened = (datetime(2026, 1, 5, 0, 10) - START) / timedelta(seconds=1)
     assert any(e[1] == "admit" and e[2] == "t-2" and e[0] == opened for e in sim)  # waited for the window
+    burst = simulated(SCENARIOS["burst"][0] + PRIORITIES, SCENARIOS["burst"][1], tmp_path)
+    asked = [e[3] for e in burst if e[1] == "scale_up"]
+    assert asked[:2] == ["spot", "ondemand"]  # the spot request failed; the next cycle asked its fallback
+    assert any(e[1] == "admit" and e[2] == "gang" and e[3] == "cloud" for e in burst) and any(e[1] == "node_down" for e in burst)
+    mig = simulated(SCENARIOS["mig"][0] + PRIORITIES, SCENARIOS["mig"][1], tmp_path)
+    assert {json.loads(p)["mig"]["profile"] for e in mig if e[1] == "admit" for p in e[4] if "mig" in json.loads(p)} == {"1g.10gb", "3g.40gb"}
 
 
 def test_a_shell_that_decides_on_its_own_is_caught(tmp_path):

@@ -146,7 +146,9 @@ class MigManager:
                 busy = busy_inst.get(n.name, set())
                 current.append([{"profile": p, "start": s, "busy": (i, p, s) in busy} for p, s in lay])
                 busy_count.update(p for p, s in lay if (i, p, s) in busy)
-                if i in busy_gpu.get(n.name, ()) or i in n.reconfiguring:
+                # a node being re-sliced gets no second change until that one ends: the GPU
+                # Operator applies one config per node at a time (and the simulator so models it)
+                if i in busy_gpu.get(n.name, ()) or n.reconfiguring:
                     locked.add(k)
             waiting_here = Counter({p: c for p, c in mig_wait.items() if p in profiles})
             # hard demand is given back whole for nobody; the warm pool yields to waiting whole-GPU work

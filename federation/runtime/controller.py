@@ -26,7 +26,7 @@ from federation.inventory import config_nodes, group_node
 from federation.jobs import make_job
 from federation.mig.manager import MigManager
 from federation.model import Federation, JobSpec, Node, RunningJob, TaskPlacement
-from federation.runtime.forecasting import LiveForecast
+from federation.runtime.forecasting import seed
 from federation.runtime.health import CycleHealth
 from federation.runtime.mig import live_mig
 from federation.runtime.packages import PROTOCOL, referenced
@@ -86,7 +86,8 @@ class Controller:
         # a site's MIG manager: in this process, or (under `fedctl up`) a proxy to its own actor
         self.mig = mig if mig is not None else {
             s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
-        self.forecast = LiveForecast(fed, store, mig_sites=list(self.mig))
+        self.prewarm_gpus = 0.0  # what the forecast last wanted up in the clouds
+        self.forecast_error: dict[str, float] | None = None  # the journal's last day, predicted without it
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
@@ -163,7 +164,6 @@ class Controller:
         self._refresh_cloud(now)
         self._requeue_lost(now)
         self._meter(now)
-        self.forecast.refresh(now)  # hourly; also for status where nothing acts on it
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         running, pending = [], []
         specs = {}
@@ -177,14 +177,16 @@ class Controller:
         self.specs = specs
         nodes = self.nodes
         for m in self.mig.values():
+            m.poll(now, nodes)
             nodes = tuple(m.view(nodes))
         local = self._local(now)
         by_id = {j.id: j for j in pending}
         in_flight = tuple(replace(f, count=f.count - self.delivered.get(rid, 0)) for rid, f in self.in_flight.items())
-        prewarm = self.forecast.prewarm_gpus(now, sum(n.gpus for n in self.fixed_nodes)) if self.providers else 0.0
         arrived = by_id.keys() - self.last_pending
-        d = self.cycle.step(Observation(now, local, nodes, tuple(running), by_id, arrived, self._submitted(arrived, rows), in_flight,
-                                        tuple(self.failed), self.ledger.spend(self._month(now)), prewarm, self._bought_for()))
+        submitted = self._submitted(arrived, rows, now)
+        d = self.cycle.step(Observation(now, local, nodes, tuple(running), by_id, arrived, submitted, in_flight,
+                                        tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for()))
+        self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
             self.log(f"{site}: not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}")
@@ -210,17 +212,21 @@ class Controller:
             message = f"{reason.code}: {reason.message}"
             if known.get(job_id) != (reason.code, message):  # most waiting jobs wait for the same reason as last cycle
                 self.store.update(job_id, reason=reason.code, message=message)
-        self._scale(now, d, prewarm)
+        self._scale(now, d)
+        # what runs now includes what this cycle just admitted: a slice it took must not be re-sliced away
+        running += [RunningJob(by_id[a.job_id], a.site, a.placements, now) for a in d.plan.admissions]
         for site, m in self.mig.items():  # every cycle: it also follows the reconfigurations under way
             m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], d.capacity_waiting,
-                   self.forecast.mig_instances(site, now))
+                   d.mig_forecast.get(site) if d.mig_forecast is not None else None)
         self.cycle_seconds.observe(time.perf_counter() - began)
 
-    def _submitted(self, arrived, rows: list[JobRow]) -> tuple[JobSpec, ...]:
+    def _submitted(self, arrived, rows: list[JobRow], now: float) -> tuple[JobSpec, ...]:
         """Jobs first seen since the last cycle; at start, every job the store knows (the
-        federation's history: the workload mix placement weighs by)."""
+        federation's history: the workload mix placement weighs by, and the forecast starts from)."""
         if not self.history_read:
             self.history_read = True
+            if self.cycle.forecast is not None:
+                self.forecast_error = seed(self.cycle.forecast, self.fed, self.store, now)
             return tuple(self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s) for r in self.store.jobs())
         first = {r.id for r in rows if r.attempt == 0}
         return tuple(self.specs[j] for j in arrived if j in first)
@@ -328,7 +334,7 @@ class Controller:
             return
         self.ledger.charge(self._month(now), rate * (now - last) / 3600, now)
 
-    def _scale(self, now: float, d: Decisions, prewarm: float) -> None:
+    def _scale(self, now: float, d: Decisions) -> None:
         """Ask the clouds for the nodes the cycle wants, and give back the ones it releases."""
         for up in d.scale_up:
             rid = f"burst-{uuid.uuid4().hex[:10]}"
@@ -336,7 +342,7 @@ class Controller:
             self.ledger.record(CloudRequest(rid, up.site, up.group, up.count, now, jobs=list(up.jobs)))
             self.in_flight[rid] = burst_policy.InFlight(rid, up.site, up.group, up.count, now, up.jobs)
             self.providers[up.site].request(rid, self.fed.site(up.site).node_group(up.group), up.count)
-            why = ", ".join(up.jobs) or f"the forecast ({prewarm:g} GPUs wanted {self.forecast.spec.lead_s:g} s ahead)"
+            why = ", ".join(up.jobs) or f"the forecast ({d.prewarm_gpus:g} GPUs wanted {self.cycle.forecast.lead_s:g} s ahead)"
             self.log(f"{up.site}: requested {up.count} x {up.group} for {why} (request {rid})")
         by_site: dict[str, list[str]] = {}
         for name in d.release:
@@ -493,7 +499,8 @@ class Controller:
                         "capability": q.capability.to_dict(), "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}
                        for q in effective_queues(self.fed, local)],
             "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
-                      **({"forecast_prewarm_gpus": self.forecast.last_gpus, "forecast_error": self.forecast.error} if self.forecast.spec else {})},
+                      **({"forecast_prewarm_gpus": self.prewarm_gpus, "forecast_error": self.forecast_error,
+                          "forecast_online": self.cycle.forecast.scores()} if self.cycle.forecast is not None else {})},
             "pending": self._pending_by_queue(rows),
             "running": [{"job": r.id, "queue": r.request.get("queue"), "site": r.site, "gpus": gpus[r.id]} for r in rows if r.status != "PENDING"],
             "mig": {site: m.status() for site, m in self.mig.items()},

@@ -1,39 +1,36 @@
-"""The forecast in the live controller: the weekly demand profile learned from the journal.
+"""The live controller's forecast history: the weekly demand profile learned from the journal.
 
-Each queue's demand is the GPUs its jobs held or waited for, hour by hour (the most at once in
-the hour), over the config's `forecast.history_days`; each MIG site's is the instances of each
-profile its jobs held or waited for (a job that never ran counts for every MIG site, as in the
-simulator). The profile is learned again each hour. From it, the cloud GPUs to have up one
-`lead_s` ahead (`policies.burst.prewarm_gpus`), which the burst policy boots within its limits
-and budgets, and the MIG instances each site's manager slices for ahead of the predicted peak.
-The simulator learns the same demand as it runs, cycle by cycle.
+The decision cycle learns demand online, hour by hour, the same way in the simulator and live
+(`policies.forecast.Forecaster`). A live controller starts from its journal instead of from
+nothing: each queue's demand over `forecast.history_days` is the GPUs its jobs asked for while
+they waited or ran (the most at once in each hour), and each MIG site's the instances of each
+profile (a job that never ran counts for every MIG site, as in the cycle), the same measure
+`job_demand` gives the cycle. The last day is scored before it is learned from, so `fedctl status`
+can say how well the profile predicts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from federation.errors import JobRejected
 from federation.jobs import make_job
 from federation.model import Federation
 from federation.store import JobRow, Store
-from policies import burst as burst_policy
 from policies.forecast import (
+    Forecaster,
     WeeklyProfile,
     alpha_for,
     held_out_error,
     hour_of_week,
     hourly_peak,
     is_queue_key,
+    job_demand,
     learn,
-    mig_key,
-    queue_key,
 )
-from policies.tidal import effective_queues
 
-RELEARN_S = 3600.0
 HELD_OUT_H = 24  # the last day of history, scored before it is learned from
 
 
@@ -47,10 +44,7 @@ def demand_intervals(fed: Federation, rows: Iterable[JobRow], now: float, mig_si
         except (JobRejected, TypeError):
             continue  # a queue or shape the config no longer has: not this federation's tide
         until = r.ended_s if r.ended_s is not None else now
-        out.append((queue_key(spec.queue), spec.per_task.gpu * spec.tasks, r.submitted_s, until))
-        if spec.mig_profile is not None:
-            for site in [r.site] if r.site in mig_sites else mig_sites:
-                out.append((mig_key(site, spec.mig_profile), spec.tasks, r.submitted_s, until))
+        out += [(key, amount, r.submitted_s, until) for key, amount in job_demand(spec, r.site, mig_sites)]
     return out
 
 
@@ -73,41 +67,8 @@ def profile_from(fed: Federation, rows: Iterable[JobRow], now: float, history_da
     return learn(series, first, alpha), error
 
 
-class LiveForecast:
-    def __init__(self, fed: Federation, store: Store, mig_sites: Sequence[str] = ()):
-        self.fed, self.store, self.mig_sites = fed, store, tuple(mig_sites)
-        self.spec = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
-        self.profile: WeeklyProfile | None = None
-        self.error: dict[str, float] | None = None  # the held-out score of the last learning
-        self.learned_s = float("-inf")
-        self.last_gpus = 0.0
-
-    def refresh(self, now: float) -> None:
-        """Learn the profile again if an hour has passed (only then is the journal read: the
-        jobs going, or ended within the history)."""
-        if self.spec is not None and now - self.learned_s >= RELEARN_S:
-            days = self.spec.history_days
-            rows = self.store.jobs(ended_after=now - days * 86400)
-            (self.profile, self.error), self.learned_s = profile_from(self.fed, rows, now, days, self.mig_sites), now
-
-    def _ahead(self, now: float) -> datetime:
-        """The local time one lead time ahead, with the profile up to date."""
-        self.refresh(now)
-        return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone)) + timedelta(seconds=self.spec.lead_s)
-
-    def prewarm_gpus(self, now: float, fixed_gpus: float) -> float:
-        """Cloud GPUs to have up now for the hour one lead time ahead."""
-        if self.spec is None:
-            return 0.0
-        ahead = self._ahead(now)
-        predicted = self.profile.queue_gpus(self.fed.leaf_queues, hour_of_week(ahead))
-        self.last_gpus = burst_policy.prewarm_gpus(self.fed, predicted, fixed_gpus, effective_queues(self.fed, ahead))
-        return self.last_gpus
-
-    def mig_instances(self, site: str, now: float) -> dict[str, int] | None:
-        """Profile -> the instances predicted at `site` for the hour one lead time ahead (None
-        without a forecast policy), for its MIG manager to slice ahead of the peak."""
-        if self.spec is None or site not in self.mig_sites:
-            return None
-        ahead = self._ahead(now)  # first: it may learn the profile
-        return self.profile.mig_instances(site, hour_of_week(ahead))
+def seed(forecast: Forecaster, fed: Federation, store: Store, now: float) -> dict[str, float] | None:
+    """Start the cycle's forecast from the journal's history; returns the held-out score."""
+    days = next(t.forecast for t in fed.policies.tidal if t.forecast is not None).history_days
+    forecast.profile, error = profile_from(fed, store.jobs(ended_after=now - days * 86400), now, days, forecast.mig_sites)
+    return error

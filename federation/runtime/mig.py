@@ -4,8 +4,8 @@ Each GPU's layout is journaled in the store before its backend is asked to apply
 APPLYING, with the layout it had before), and becomes READY when the backend says `success`; on
 `failed` the previous layout stands and the reason is logged. While a GPU is APPLYING only the
 busy instances it keeps are usable, so nothing is placed on an instance that may not exist yet.
-A node with a change under way gets no second one until that ends (the GPU Operator applies one
-config per node at a time). Drains are cordons the controller applies to its own view of the node.
+(The manager gives a node with a change under way no second one until that ends: the GPU Operator
+applies one config per node at a time.) Drains are cordons the controller applies to its own view of the node.
 """
 
 from __future__ import annotations
@@ -66,8 +66,7 @@ class LiveMig:
         """`nodes` as `view` gives them (this site's); `waiting` the jobs pending for capacity;
         `forecast` the instances per profile predicted one lead time ahead."""
         self.known = {n.name for n in nodes}
-        self._poll(now, {n.name: n for n in nodes})
-        nodes = self.view(nodes)  # what the poll finished is usable now
+        nodes = self.view(nodes)
         d = self.manager.decide(now, local, nodes, running, waiting, forecast)
         self.draining -= set(d.uncordon)
         self.draining |= set(d.cordon)
@@ -80,7 +79,7 @@ class LiveMig:
         by_name = {n.name: n for n in nodes}
         for name, rs in changes.items():
             rows = journal.get(name, {})
-            if any(state == "APPLYING" for _, _, state in rows.values()) or now < self.retry_at.get(name, 0.0):
+            if now < self.retry_at.get(name, 0.0):
                 continue
             for r in rs:
                 before = rows.get(r.gpu, ([], [], "READY"))[0]
@@ -98,7 +97,10 @@ class LiveMig:
         rows = self._journal().get(name, {})
         return {g: rows[g][0] if g in rows else [] for g in range(gpus)}
 
-    def _poll(self, now: float, nodes: dict[str, Node]) -> None:
+    def poll(self, now: float, nodes: Iterable[Node]) -> None:
+        """Learn which reconfigurations under way have finished (before the cycle looks at the
+        nodes: what finished is usable in this very cycle, as in the simulator)."""
+        nodes = {n.name: n for n in nodes if n.site == self.site}
         for name, rows in self._journal().items():
             if name not in nodes or not any(state == "APPLYING" for _, _, state in rows.values()):
                 continue

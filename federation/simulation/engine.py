@@ -28,14 +28,6 @@ from federation.scheduler import CycleState, node_capacity
 from federation.simulation.ledger import Ledger
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
-from policies.forecast import (
-    WeeklyProfile,
-    alpha_for,
-    hour_of_week,
-    is_queue_key,
-    mig_key,
-    queue_key,
-)
 from policies.placement import make_strategy
 from policies.tidal import (
     active_policies,
@@ -132,15 +124,8 @@ class Simulator:
         self.mig_stats = {"reconfigurations": 0, "drains": 0, "drain_gpu_s": 0.0, "warm_starts": 0, "cold_starts": 0}
         self.instance_ready: dict[tuple[str, int, str, int], float] = {}  # (node, gpu, profile, start) -> since
         self.drain_since: dict[str, float] = {}
-        # forecast pre-warm: GPUs per queue and MIG instances per site and profile, learned hour by hour of the week
-        fc = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
-        self.forecast_lead_s = fc.lead_s if fc else None
-        self.profile = WeeklyProfile(alpha=alpha_for(fc.history_days)) if fc else None
-        # scored apart: queues' GPUs (backlogs included) and MIG instances are different quantities
-        self.forecast_err = {kind: {"hours": 0, "profile_abs": 0.0, "last_hour_abs": 0.0} for kind in ("queue_gpus", "mig_instances")}
-        self.last_seen: dict[str, float] = {}
-        self.hour_peak: dict[str, float] = {}  # the most demand seen since the last hourly observation
-        self.prewarm = 0.0  # cloud GPUs the forecast wants up now, for the hour one lead time ahead
+        self.mig_forecast: dict[str, dict[str, int]] | None = None  # the cycle says
+        self.learn_at: float | None = None  # the forecast's wake-up the cycle last asked for
 
     # ---- plumbing ----
 
@@ -158,7 +143,6 @@ class Simulator:
     def run(self) -> SimResult:
         for node in config_nodes(self.fed):
             self._node_up(0.0, node)
-        self.fixed_gpus = sum(n.gpus for n in self.nodes.values())  # before any cloud node
         self.queues = effective_queues(self.fed, self.local(0.0))
         self.state = CycleState(ClusterState(self.nodes.values()), QuotaTree(self.queues, node_capacity(self.nodes.values())),
                                 make_strategy(self.fed.policies.placement.strategy))  # the cycle sets the one it weighs by
@@ -166,8 +150,6 @@ class Simulator:
         for j in self.trace.jobs:
             self.push(j.spec.submit_s, "arrive", j.spec.id)
         self._push_window_timer(0.0)
-        if self.forecast_lead_s is not None:
-            self.push(0.0, "timer", "forecast")
         total, done, t = len(self.jobs), 0, 0.0
         while self.heap:
             t = self.heap[0][0]
@@ -184,7 +166,7 @@ class Simulator:
             self._reason(t, job_id, None)  # what never started waited until the end
         self.ledger.close(t)
         self._sample_until(t + self.sample_every)
-        scored = self._forecast_stats()
+        scored = self.cycle.forecast.scores() if self.cycle.forecast is not None else {}
         mig = {**self.mig_stats, "drain_gpu_s": round(self.mig_stats["drain_gpu_s"], 3),
                **({"forecast": scored["mig_instances"]} if "mig_instances" in scored else {})}
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
@@ -286,21 +268,18 @@ class Simulator:
         self.emit(t, "spot_interruption", site=self.nodes[node].site, node=node)
         self._node_down(t, node)
 
-    def _on_timer(self, t: float, what: str) -> None:
-        # Windows recur forever: follow them while work can still move, which a window's quota
-        # may allow for a week after the last other event (then what is left waits for good).
-        moving = self.finished < len(self.jobs) and (
+    def _moving(self, t: float) -> bool:
+        """Whether work can still move: windows and the forecast recur forever, so they are
+        followed only while it can, which a window's quota may allow for a week after the last
+        other event (then what is left waits for good)."""
+        return self.finished < len(self.jobs) and bool(
             self.running or self.in_flight or any(k != "timer" for _, _, k, _ in self.heap) or t - self.last_progress_s < 8 * 86400)
+
+    def _on_timer(self, t: float, what: str) -> None:
         if what == "window":
             self._record_opening(t)
-            if moving:
+            if self._moving(t):
                 self._push_window_timer(t)
-        if what == "forecast":
-            self._observe_demand(t)
-            if moving:
-                self.push(t + 3600, "timer", "forecast")
-                # and wake one lead time before the next hour, to pre-warm for it
-                self.push(max(t, t + 3600 - self.forecast_lead_s), "timer", "prewarm")
 
     def _record_opening(self, t: float) -> None:
         """At a window's opening, how much of each reserve it raised is ready: used by its queue or idle on its sites."""
@@ -411,7 +390,7 @@ class Simulator:
         for site, manager in self.mig.items():
             nodes = [n for n in self.nodes.values() if n.site == site]
             running = [r for r in self.running.values() if r.site == site]
-            d = manager.decide(t, local, nodes, running, waiting, self._forecast(site, t))
+            d = manager.decide(t, local, nodes, running, waiting, self.mig_forecast.get(site) if self.mig_forecast is not None else None)
             for r in d.reconfigure:
                 self._replace_node(with_layout(self.nodes[r.node], r.gpu, r.kept, reconfiguring=True))
                 self.mig_stats["reconfigurations"] += 1
@@ -428,63 +407,6 @@ class Simulator:
                 self._replace_node(replace(node, schedulable=True))
                 self.mig_stats["drain_gpu_s"] += (t - self.drain_since.pop(name)) * node.gpus
                 self.emit(t, "mig_drain_end", site=site, node=name)
-
-    def _forecast_stats(self) -> dict[str, dict]:
-        """Per kind of demand, the profile's mean hourly error over the hours it predicted, beside "the same as an hour ago"."""
-        return {kind: {"scored_hours": e["hours"], "profile_mae": round(e["profile_abs"] / e["hours"], 3),
-                       "last_hour_mae": round(e["last_hour_abs"] / e["hours"], 3)} for kind, e in self.forecast_err.items() if e["hours"]}
-
-    def _hour_of_week(self, t: float) -> int:
-        return hour_of_week(self.local(t))
-
-    def _demand(self) -> dict[str, float]:
-        """What is held or wanted now (running plus pending tasks): `queue:<name>` GPUs, and
-        `<site>/<profile>` MIG instances."""
-        out: dict[str, float] = {}
-        for r in self.running.values():
-            key = queue_key(r.spec.queue)
-            out[key] = out.get(key, 0) + r.usage.gpu
-            if r.spec.mig_profile is not None and self.mig:
-                key = mig_key(r.site, r.spec.mig_profile)
-                out[key] = out.get(key, 0) + len(r.placements)
-        for spec in self.pending.values():
-            key = queue_key(spec.queue)
-            out[key] = out.get(key, 0) + spec.per_task.gpu * spec.tasks
-            if spec.mig_profile is not None:
-                for site in self.mig:
-                    key = mig_key(site, spec.mig_profile)
-                    out[key] = out.get(key, 0) + spec.tasks
-        return out
-
-    def _prewarm_gpus(self, t: float) -> float:
-        """The cloud GPUs the forecast wants up for the hour one lead time ahead."""
-        if self.forecast_lead_s is None:
-            return 0.0
-        ahead = self.local(t + self.forecast_lead_s)
-        predicted = self.profile.queue_gpus(self.fed.leaf_queues, hour_of_week(ahead))
-        return burst_policy.prewarm_gpus(self.fed, predicted, self.fixed_gpus, effective_queues(self.fed, ahead))
-
-    def _observe_demand(self, t: float) -> None:
-        """Learn the hour's peak demand, scoring first what the profile had predicted for it."""
-        seen, self.hour_peak = self.hour_peak, {}
-        if t <= 0:
-            return
-        h = self._hour_of_week(t - 3600)  # the peak is the past hour's
-        for key in set(seen) | set(self.last_seen):
-            v = seen.get(key, 0.0)
-            guess = self.profile.predict(key, h)
-            if guess is not None:
-                e = self.forecast_err["queue_gpus" if is_queue_key(key) else "mig_instances"]
-                e["hours"] += 1
-                e["profile_abs"] += abs(guess - v)
-                e["last_hour_abs"] += abs(self.last_seen.get(key, 0.0) - v)
-            self.profile.observe(key, h, v)
-        self.last_seen = seen
-
-    def _forecast(self, site: str, t: float) -> dict[str, int] | None:
-        if self.forecast_lead_s is None:
-            return None
-        return self.profile.mig_instances(site, self._hour_of_week(t + self.forecast_lead_s))
 
     def _on_mig_ready(self, t: float, name: str, gpu: int, layout) -> None:
         node = self.nodes.get(name)
@@ -506,15 +428,11 @@ class Simulator:
     def _cycle(self, t: float) -> None:
         """Observe, let the one decision cycle decide, and carry its decisions out on the virtual clock."""
         local = self.local(t)
-        if self.forecast_lead_s is not None:
-            for key, v in self._demand().items():
-                self.hour_peak[key] = max(v, self.hour_peak.get(key, 0.0))
-        self.prewarm = self._prewarm_gpus(t)
         if (local.year, local.month) != self.month:
             self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
         obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.running.values()), self.pending, self.arrived,
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
-                          self.ledger.total_cost - self.month_base_usd, self.prewarm, self.bought_for)
+                          self.ledger.total_cost - self.month_base_usd, self.bought_for)
         self.arrived, self.submitted, self.failed = set(), [], []
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
@@ -542,7 +460,10 @@ class Simulator:
         if d.wake_at is not None and d.wake_at != self.decide_at:
             self.decide_at = d.wake_at
             self.push(d.wake_at, "timer", "decide")  # e.g. a borrower old enough to reclaim, an idle node to give back
-        self.capacity_waiting = d.capacity_waiting
+        if d.learn_at is not None and d.learn_at != self.learn_at and self._moving(t):
+            self.learn_at = d.learn_at
+            self.push(d.learn_at, "timer", "decide")  # the forecast learns an hour, or gets ready for the next
+        self.capacity_waiting, self.mig_forecast = d.capacity_waiting, d.mig_forecast
 
     def _scale_up(self, t: float, up: burst_policy.ScaleUp) -> None:
         g = self.fed.site(up.site).node_group(up.group)
