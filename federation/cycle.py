@@ -73,6 +73,7 @@ class Observation:
     now: float  # seconds: virtual in the simulator, epoch live
     local: datetime  # the same instant in the federation's timezone (tidal windows)
     nodes: tuple[Node, ...]  # every node that exists now, MIG layouts and cordons as they are
+    cloud: tuple[Node, ...]  # those of `nodes` at cloud sites (the shells know them; finding them here cost a replay 8x its time)
     running: tuple[RunningJob, ...]
     pending: dict[str, JobSpec]  # every waiting job
     arrived: frozenset[str] | set[str]  # of `pending`, those that were not waiting at the last cycle
@@ -146,7 +147,7 @@ class DecisionCycle:
             self.state.quota = _quota(queues, obs)
         self.queues = out.queues = queues
         upcoming = upcoming_reserves(fed, obs.local) if fed.policies.tidal else {}
-        cloud = [n for n in obs.nodes if fed.site(n.site).is_cloud] if self.bursting else []
+        cloud = obs.cloud
         claims = self._claims(obs, cloud)
         over = self.last.over_capability_since if self.last else {}
         if self.forecast is not None:
@@ -196,7 +197,7 @@ class DecisionCycle:
         ahead = obs.local + timedelta(seconds=fc.lead_s)
         if self.bursting:
             predicted = fc.profile.queue_gpus(fed.leaf_queues, hour_of_week(ahead))
-            fixed = sum(n.gpus for n in obs.nodes if not fed.site(n.site).is_cloud)
+            fixed = sum(n.gpus for n in obs.nodes) - sum(n.gpus for n in obs.cloud)
             out.prewarm_gpus = burst_policy.prewarm_gpus(fed, predicted, fixed, effective_queues(fed, ahead))
         out.mig_forecast = {site: fc.profile.mig_instances(site, hour_of_week(ahead)) for site in fc.mig_sites}
         return obs.now + min(fc.wakes(obs.local))

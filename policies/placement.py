@@ -99,16 +99,36 @@ class MixTally:
         return changed
 
 
+class FreeGpus:
+    """A node's free milli-GPU per GPU with what every shape's fragment is made of, computed once."""
+
+    __slots__ = ("free", "total", "whole", "partial", "_below")
+
+    def __init__(self, free: Iterable[int]):
+        self.free = tuple(free)
+        self.total = sum(self.free)
+        self.whole = self.free.count(GPU)
+        self.partial = self.total - self.whole * GPU
+        self._below: dict[int, int] = {}
+
+    def below(self, milli: int) -> int:
+        b = self._below.get(milli)
+        if b is None:
+            b = self._below[milli] = sum(f for f in self.free if f < milli)
+        return b
+
+    def fragment(self, cpu_free: int, mem_free: int, shape: Shape, model: str | None = None) -> int:
+        """Free milli-GPU a task of `shape` could not use on this node of GPU `model` (FGD, 3.2)."""
+        if shape.gpus == 0 or shape.cpu_milli > cpu_free or shape.memory_mib > mem_free or (shape.gpu_models and model not in shape.gpu_models):
+            return self.total
+        if shape.gpu_milli < GPU:
+            return self.below(shape.gpu_milli)
+        return self.partial + (self.whole * GPU if self.whole < shape.gpus else 0)
+
+
 def gpu_fragment(gpu_free: Iterable[int], cpu_free: int, mem_free: int, shape: Shape, model: str | None = None) -> int:
     """Free milli-GPU on a node of GPU `model` that a task of `shape` could not use (FGD, 3.2)."""
-    free = list(gpu_free)
-    if shape.gpus == 0 or shape.cpu_milli > cpu_free or shape.memory_mib > mem_free or (shape.gpu_models and model not in shape.gpu_models):
-        return sum(free)
-    if shape.gpu_milli < GPU:
-        return sum(f for f in free if f < shape.gpu_milli)
-    whole = sum(1 for f in free if f == GPU)
-    partial = sum(f for f in free if f < GPU)
-    return partial + (whole * GPU if whole < shape.gpus else 0)
+    return FreeGpus(gpu_free).fragment(cpu_free, mem_free, shape, model)
 
 
 class Strategy(ABC):
@@ -202,7 +222,8 @@ class FragmentationAware(Strategy):
         key = (gpu_free, cpu_free, mem_free, model)
         v = self._cache.get(key)
         if v is None:
-            v = self._cache[key] = sum(p * gpu_fragment(gpu_free, cpu_free, mem_free, s, model) for s, p in self.mix)
+            free = FreeGpus(gpu_free)
+            v = self._cache[key] = sum(p * free.fragment(cpu_free, mem_free, s, model) for s, p in self.mix)
         return v
 
     def _after(self, st: NodeState, job: JobSpec, fits: list[Fit]) -> tuple[int, ...]:

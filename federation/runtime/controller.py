@@ -184,7 +184,8 @@ class Controller:
         in_flight = tuple(replace(f, count=f.count - self.delivered.get(rid, 0)) for rid, f in self.in_flight.items())
         arrived = by_id.keys() - self.last_pending
         submitted = self._submitted(arrived, rows, now)
-        d = self.cycle.step(Observation(now, local, nodes, tuple(running), by_id, arrived, submitted, in_flight,
+        cloud = tuple(n for n in nodes if n.site in self.providers)
+        d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
                                         tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for()))
         self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)

@@ -430,7 +430,7 @@ class Simulator:
         local = self.local(t)
         if (local.year, local.month) != self.month:
             self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
-        obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.running.values()), self.pending, self.arrived,
+        obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.nodes[n] for n in self.cloud), tuple(self.running.values()), self.pending, self.arrived,
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
                           self.ledger.total_cost - self.month_base_usd, self.bought_for)
         self.arrived, self.submitted, self.failed = set(), [], []
