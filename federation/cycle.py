@@ -120,6 +120,7 @@ class DecisionCycle:
         self.wake: float | None = None
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_since: dict[str, float] = {}
+        self.unclaimed: set[str] = set()  # jobs that gave their claim up (see Plan.unclaimed)
         self.up_since: dict[str, float] = {}  # cloud node made for jobs -> when this cycle first saw it
         self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
         # placement weighs fragmentation by the mix of the jobs submitted so far (FGD's target workload)
@@ -169,6 +170,7 @@ class DecisionCycle:
         state = self.state or CycleState.build(snap, self.strategy)
         plan = out.plan = schedule(snap, now, state)
         out.reasons = dict(plan.pending)
+        self.unclaimed = (self.unclaimed | set(plan.unclaimed)) & obs.pending.keys()
         wakes = [plan.wake_at_s] if plan.wake_at_s is not None else []
         shrink = fed.policies.preemption.quota_shrink_delay_s
         wakes += [since + shrink for since in plan.over_capability_since.values()]
@@ -230,7 +232,7 @@ class DecisionCycle:
         claims, up_since = {}, {}
         lapse = self.fed.policies.burst.provisioning_timeout_s
         for n in cloud:
-            waiting = tuple(j for j in obs.bought_for.get(n.name, ()) if j in obs.pending)
+            waiting = tuple(j for j in obs.bought_for.get(n.name, ()) if j in obs.pending and j not in self.unclaimed)
             if not waiting:
                 continue
             since = up_since[n.name] = self.up_since.get(n.name, obs.now)

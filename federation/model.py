@@ -334,3 +334,4 @@ class Plan:
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # job id -> reserved nodes
     over_capability_since: dict[str, float] = field(default_factory=dict)  # queue -> since when (QuotaShrink)
     wake_at_s: float | None = None  # the next time a decision may change with nothing else happening
+    unclaimed: tuple[str, ...] = ()  # jobs whose quota does not let them start on the cloud nodes bought for them: those are everyone's now

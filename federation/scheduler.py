@@ -37,6 +37,7 @@ from federation.model import (
     Queue,
     Resources,
     RunningJob,
+    TaskPlacement,
 )
 from federation.placement import capacity_for, place_gang
 from federation.preemption import candidates, select_victims
@@ -129,6 +130,7 @@ class _Cycle:
         self.reserved_sites: set[str] = set()
         self.blocked: set[str] = set()  # nodes reserved for a gang this cycle
         self.claims = dict(snap.claims)
+        self.unclaimed: list[str] = []
         self.victims: set[str] = set()
         # What failed once in a cycle fails again (free capacity and quota only shrink within it):
         self.quota_failed: dict[tuple, tuple[PendingReason, bool]] = {}  # (queue, shape) -> (reason, pool)
@@ -154,12 +156,16 @@ class _Cycle:
         return out
 
     def run(self) -> Plan:
-        # Jobs that cloud nodes were bought for go first: the capacity is theirs, and once they
-        # start, what they leave of it is everyone's in this same cycle.
-        claimants = {j for jobs in self.claims.values() for j in jobs}
-        for job in sorted((j for j in self.snap.pending if j.id in claimants), key=lambda j: (-j.priority, j.submit_s, j.id)):
-            self._assign(job)
-        for job in self._order(claimants):
+        # Jobs that cloud nodes were bought for start on them first: that capacity is theirs, and
+        # what they leave of it is everyone's in this same cycle. Anything else (other nodes, a
+        # claimant its nodes do not fit) goes in fair-share order, as always.
+        started = set()
+        if self.claims:
+            claimants = {j for jobs in self.claims.values() for j in jobs}
+            for job in sorted((j for j in self.snap.pending if j.id in claimants), key=lambda j: (-j.priority, j.submit_s, j.id)):
+                if self._start_on_claimed(job):
+                    started.add(job.id)
+        for job in self._order(started):
             self._assign(job)
         if self.holds:
             budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
@@ -167,7 +173,8 @@ class _Cycle:
                 self.victims.add(r.spec.id)
                 self.preemptions.append(Preemption(r.spec.id, "WindowPrepare"))
         over = self._shrink()
-        return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over, self.wake_at)
+        return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over, self.wake_at,
+                    tuple(self.unclaimed))
 
     def _shrink(self) -> dict[str, float]:
         """Queues above their capability (a tidal window lowered it under their usage) give the
@@ -265,18 +272,9 @@ class _Cycle:
                 placed = place_gang(self.cluster, grown, site, self.strategy, self.policies.placement.gang_topology, self._blocked_for(job))
                 if placed is None:
                     continue
-                usage = job.per_task.times(len(placed))
-                if self.holds and (hold := self.holds.blocker(job.queue, site, usage.gpu_milli)) is not None:
-                    self.cluster.apply(job, placed, -1)
-                    held_by = hold
-                    continue
-                self.quota.add(job.queue, usage)
-                if self.holds:
-                    self.holds.placed(site, usage.gpu_milli)
-                self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=verdict.borrowing))
-                if self.claims:
-                    self._unclaim(job.id)
-                return
+                held_by = self._admit(job, site, placed, verdict.borrowing)
+                if held_by is None:
+                    return
             if held_by is None:
                 self.no_fit.add(shape)  # free capacity only shrinks during a cycle: the shape will not fit again
         if held_by is not None:
@@ -299,6 +297,39 @@ class _Cycle:
             reason = PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
         self.pending[job.id] = reason
         self._request_capacity(job)
+
+    def _admit(self, job: JobSpec, site: str, placed: list[TaskPlacement], borrowing: bool):
+        """Admit `job` as placed, unless another queue's guarantee holds that capacity: then the
+        placement is undone and the hold that blocked it returned."""
+        usage = job.per_task.times(len(placed))
+        if self.holds and (hold := self.holds.blocker(job.queue, site, usage.gpu_milli)) is not None:
+            self.cluster.apply(job, placed, -1)
+            return hold
+        self.quota.add(job.queue, usage)
+        if self.holds:
+            self.holds.placed(site, usage.gpu_milli)
+        self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=borrowing))
+        if self.claims:
+            self._unclaim(job.id)
+        return None
+
+    def _start_on_claimed(self, job: JobSpec) -> bool:
+        """Start a job on the cloud nodes bought for it, if its quota lets it and they hold it."""
+        mine = {n for n, jobs in self.claims.items() if job.id in jobs and n in self.cluster.nodes}
+        verdict = self.quota.check(job.queue, job.request(job.min_tasks or job.tasks))
+        if not verdict.ok:
+            # its queue took other capacity meanwhile (or shrank): holding the nodes idle for it
+            # would waste them; they are everyone's from now, this cycle included
+            self._unclaim(job.id)
+            self.unclaimed.append(job.id)
+        if not mine or not verdict.ok:
+            return False
+        others = frozenset(self.cluster.nodes.keys() - mine)
+        for site in sorted({self.cluster.nodes[n].node.site for n in mine}):
+            placed = place_gang(self.cluster, self._elastic_cap(job), site, self.strategy, self.policies.placement.gang_topology, others)
+            if placed is not None and self._admit(job, site, placed, verdict.borrowing) is None:
+                return True
+        return False
 
     def _elastic_cap(self, job: JobSpec) -> JobSpec:
         """An elastic gang grows past its `min_tasks` only within its queue's deserved share. It is

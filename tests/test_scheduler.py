@@ -13,6 +13,7 @@ from .builders import (
     admitted,
     fed,
     job,
+    nodes_of,
     mark_preempting,
     preempted,
     q,
@@ -281,3 +282,18 @@ def test_a_gang_larger_than_any_site_is_rejected_at_submit():
     check_job(f, job("fits", "a", tasks=4, gpus=8))
     with pytest.raises(JobRejected, match="can hold more than 4 of its 5 tasks"):
         check_job(f, job("x", "a", tasks=5, gpus=8))
+
+
+def test_a_cloud_node_bought_for_a_job_is_that_jobs_and_given_up_when_its_quota_no_longer_lets_it_start():
+    idc, cloud = site("idc", count=1), site("cloud", count=1)
+    f = fed([q("train", deserved=8, capability=8), q("batch", deserved=8)], [idc, cloud])
+    [full], [node] = nodes_of(idc), nodes_of(cloud)
+    big, small = job("big", "train", gpus=8, submit=0), job("small", "batch", gpus=2, submit=5)
+    # the node was bought for big: small (first in fair-share order) may not take it
+    filler = RunningJob(job("filler", "batch", gpus=8), "idc", (TaskPlacement(full.name, tuple(range(8))),), 0.0)
+    plan = schedule(snapshot(f, pending=[small, big], running=[filler], nodes=[full, node], claims={node.name: ("big",)}), 10.0)
+    assert [a.job_id for a in plan.admissions] == ["big"] and plan.pending["small"].code == "WaitingForCapacity"
+    # meanwhile train took its whole capability elsewhere: big cannot start, so the node is everyone's at once
+    elsewhere = RunningJob(job("other", "train", gpus=8), "idc", (TaskPlacement(full.name, tuple(range(8))),), 0.0)
+    plan = schedule(snapshot(f, pending=[small, big], running=[elsewhere], nodes=[full, node], claims={node.name: ("big",)}), 10.0)
+    assert plan.unclaimed == ("big",) and [a.job_id for a in plan.admissions] == ["small"]
