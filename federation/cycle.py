@@ -226,9 +226,9 @@ class DecisionCycle:
 
     def _claims(self, obs: Observation, cloud: list[Node]) -> dict[str, tuple[str, ...]]:
         """Cloud nodes bought for a gang are its own (Kueue's provisioning request books them
-        likewise): until it starts, other work may not take them and they are not given back. The
-        claim lapses `provisioning_timeout_s` after the node came up, so capacity bought for a job
-        that cannot start there (its quota shrank meanwhile) returns to everyone."""
+        likewise): until it starts, other work may not take them and they are not given back. A
+        job whose quota no longer lets it start gives its claim up (the scheduler says so in
+        `Plan.unclaimed`); any claim lapses `provisioning_timeout_s` after the node came up."""
         claims, up_since = {}, {}
         lapse = self.fed.policies.burst.provisioning_timeout_s
         for n in cloud:
