@@ -32,7 +32,7 @@ from federation.model import (
     Resources,
     RunningJob,
 )
-from federation.quota import QuotaTree
+from federation.quota import PastUsage, QuotaTree
 from federation.reasons import Reason
 from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
 from policies import burst as burst_policy
@@ -131,6 +131,8 @@ class DecisionCycle:
         self.bursting = any(s.is_cloud for s in fed.sites)
         mig_sites = [s.name for s in fed.sites if MigManager(fed, s.name).active]
         self.mig = bool(mig_sites)
+        fs = fed.policies.fair_share
+        self.past = PastUsage(fs.usage_half_life_s, fs.usage_weight) if fs.usage_half_life_s > 0 else None
         fc = next((t.forecast for t in fed.policies.tidal if t.forecast is not None), None)
         self.forecast = Forecaster(fc.lead_s, fc.history_days, mig_sites) if fc else None
 
@@ -153,6 +155,7 @@ class DecisionCycle:
         over = self.last.over_capability_since if self.last else {}
         if self.forecast is not None:
             out.learn_at = self._forecast(obs, out)
+        past = self._past(obs, queues) if self.past is not None else {}
         if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or out.prewarm_gpus):
             return out  # nothing could change
         # Full, or only the new arrivals: when, since the last cycle, jobs only arrived, what
@@ -168,6 +171,7 @@ class DecisionCycle:
         snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full),
                         queues, covered, reservations, over, upcoming, claims)
         state = self.state or CycleState.build(snap, self.strategy)
+        state.quota.past = past
         plan = out.plan = schedule(snap, now, state)
         out.reasons = dict(plan.pending)
         self.unclaimed = (self.unclaimed | set(plan.unclaimed)) & obs.pending.keys()
@@ -186,6 +190,17 @@ class DecisionCycle:
             later.append(self.wake)  # an incremental cycle looked at too little to drop what a full one asked for
         out.wake_at = self.wake = min(later) if later else None
         return out
+
+    def _past(self, obs: Observation, queues: tuple[Queue, ...]) -> dict[str, float]:
+        """Each queue's weighted past share of the GPUs (time-aware fair share), kept every cycle."""
+        parent = {q.name: q.parent for q in queues}
+        held: dict[str, float] = {}
+        for r in obs.running:
+            q, gpus = r.spec.queue, r.usage.gpu
+            while q is not None:
+                held[q] = held.get(q, 0.0) + gpus
+                q = parent.get(q)
+        return self.past.advance(obs.now, held, float(sum(n.gpus for n in obs.nodes)))
 
     def _forecast(self, obs: Observation, out: Decisions) -> float:
         """Learn this cycle's demand; what the forecast wants ready one lead time from now (cloud

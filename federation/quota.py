@@ -20,6 +20,7 @@ capability C, borrowing limit B and lending limit L:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ class QuotaTree:
         self._paths = {q.name: self._path(q.name) for q in queues}
         self._top_down = {n: p[::-1] for n, p in self._paths.items()}
         self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
+        self.past: dict[str, float] = {}  # queue -> its weighted past share of the GPUs (time-aware fair share)
         self.jobs: dict[str, int] = {q.name: 0 for q in queues}  # running jobs, each counted up its path
         self.reserve = {q.name: reserve_of(q) for q in queues}
         self.held: dict[str, Resources] = {}
@@ -191,11 +193,43 @@ class QuotaTree:
         over = u.memory_mib + extra.memory_mib - d.memory_mib
         if over > 0 and cap.memory_mib:
             s = max(s, over / cap.memory_mib)
+        if self.past:
+            s += self.past.get(name, 0.0)
         return s / q.weight
 
     def order_key(self, leaf: str, r: Resources) -> tuple[float, ...]:
         """Fair-share order for a job adding `r`: the top-level queue's share first, then down."""
         return tuple([self.share(a, r) for a in self._top_down[leaf]])
+
+
+class PastUsage:
+    """Each queue's GPU use over time, exponentially decayed with a half-life, as a share of the
+    GPU capacity there was over the same time, decayed alike (so a queue that used a vacant
+    cluster is not charged as if it had crowded others out). Fed once a cycle with what the
+    queues hold then; a cycle's holding counts until the next."""
+
+    def __init__(self, half_life_s: float, weight: float):
+        self.rate, self.weight = math.log(2) / half_life_s, weight
+        self.used: dict[str, float] = {}  # queue -> decayed GPU-seconds
+        self.capacity = 0.0  # decayed GPU-seconds there were
+        self.at: float | None = None
+        self.held: dict[str, float] = {}  # GPUs each queue held at the last cycle
+        self.cap = 0.0
+
+    def advance(self, now: float, held: dict[str, float], capacity: float) -> dict[str, float]:
+        """Account for the time since the last cycle, then take what each queue (parents
+        included) holds now, in GPUs, and the GPUs there are; each queue's weighted past share."""
+        if self.at is not None and now > self.at:
+            keep = math.exp(-self.rate * (now - self.at))
+            gain = (1 - keep) / self.rate  # the decayed integral of a constant over the interval
+            for q in self.used.keys() | self.held.keys():
+                self.used[q] = self.used.get(q, 0.0) * keep + self.held.get(q, 0.0) * gain
+            self.capacity = self.capacity * keep + self.cap * gain
+        self.at = now
+        self.held, self.cap = held, capacity
+        if self.capacity <= 0:
+            return {}
+        return {q: self.weight * v / self.capacity for q, v in self.used.items() if v > 1e-9}
 
 
 def reserve_of(q: Queue) -> Resources:

@@ -170,6 +170,15 @@ class PreemptionPolicy(Strict):
     reclaim_min_runtime_s: NonNegativeFloat = 0.0
 
 
+class FairSharePolicy(Strict):
+    """Time-aware fair share (KAI's): a queue's past GPU use, decayed with this half-life and as
+    a share of the capacity there was, counts against it when queues compete for capacity above
+    their deserved share. Within deserved nothing changes. 0: only what runs now counts."""
+
+    usage_half_life_s: NonNegativeFloat = 0.0
+    usage_weight: NonNegativeFloat = 1.0  # how much a past share weighs against a share held now
+
+
 class BurstPolicy(Strict):
     enabled: bool = False
     pending_wait_s: NonNegativeFloat = 600.0
@@ -236,6 +245,7 @@ class MigPolicy(Strict):
 class PoliciesSection(Strict):
     placement: PlacementPolicy = PlacementPolicy()
     preemption: PreemptionPolicy = PreemptionPolicy()
+    fair_share: FairSharePolicy = FairSharePolicy()
     burst: BurstPolicy = BurstPolicy()
     tidal: list[TidalPolicy] = []
     mig: MigPolicy = MigPolicy()

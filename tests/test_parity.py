@@ -142,6 +142,19 @@ SCENARIOS["mig"] = (MIG, [
     {"id": "whole", "submit_s": 40, "queue": "serve", "tasks": 1, "gpus_per_task": 1, "duration_s": 300},
     {"id": "late", "submit_s": 900, "queue": "serve", "tasks": 1, "mig_profile": "3g.40gb", "duration_s": 200},
 ])
+# Time-aware fair share: queue a used the whole cluster for ten minutes, so when it frees, b's
+# job goes first above deserved, though a's waited longer.
+SCENARIOS["fairshare"] = (BASE + """
+queues:
+  - {name: a, deserved: {gpu: 0}}
+  - {name: b, deserved: {gpu: 0}}
+policies:
+  fair_share: {usage_half_life_s: 120}
+""", [
+    {"id": "a-1", "submit_s": 0, "queue": "a", "tasks": 4, "gpus_per_task": 8, "duration_s": 600},
+    {"id": "a-2", "submit_s": 10, "queue": "a", "tasks": 4, "gpus_per_task": 8, "duration_s": 100},
+    {"id": "b-1", "submit_s": 500, "queue": "b", "tasks": 4, "gpus_per_task": 8, "duration_s": 100},
+])
 FAIL_AFTER_S = 30  # the simulator's: a failed request reports back after this long
 
 PRIORITIES = """
@@ -320,6 +333,8 @@ def test_the_scenarios_exercise_what_they_are_named_for(tmp_path):
     sim = simulated(SCENARIOS["tidal"][0] + PRIORITIES, SCENARIOS["tidal"][1], tmp_path)
     opened = (datetime(2026, 1, 5, 0, 10) - START) / timedelta(seconds=1)
     assert any(e[1] == "admit" and e[2] == "t-2" and e[0] == opened for e in sim)  # waited for the window
+    fair = simulated(SCENARIOS["fairshare"][0] + PRIORITIES, SCENARIOS["fairshare"][1], tmp_path)
+    assert [e[2] for e in fair if e[1] == "admit"] == ["a-1", "b-1", "a-2"]
     burst = simulated(SCENARIOS["burst"][0] + PRIORITIES, SCENARIOS["burst"][1], tmp_path)
     asked = [e[3] for e in burst if e[1] == "scale_up"]
     assert asked[:2] == ["spot", "ondemand"]  # the spot request failed; the next cycle asked its fallback

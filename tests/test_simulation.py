@@ -291,3 +291,29 @@ def test_cloud_nodes_bought_for_a_gang_are_its_own_until_it_starts(tmp_path, see
     assert gang["t"] == mine[1]["t"] and {p["node"] for p in gang["placements"]} == {e["node"] for e in mine}
     smalls = [e for e in events if e["type"] == "admit" and e["job"].startswith("small")]
     assert len(smalls) == 3 and not any(p["node"] in {e["node"] for e in mine} for s in smalls for p in s["placements"] if s["t"] < gang["t"])
+
+
+@pytest.mark.parametrize("half_life_s,first", [(0, "a-2"), (3600, "b-1")])
+def test_time_aware_fair_share_lets_the_queue_that_used_less_go_first_above_deserved(tmp_path, half_life_s, first):
+    """KAI's time-based fair share: two queues with nothing deserved compete for the whole
+    cluster. Queue a ran on all of it for ten hours; when that ends, b's job goes first although
+    a's waited longer. Without a half-life, only what runs now counts, and a's older job wins."""
+    from federation.config import parse
+    from federation.simulation.engine import Simulator
+
+    fed = parse(f"""
+federation: {{name: fair, timezone: UTC}}
+sites:
+  - name: idc
+    kind: idc
+    node_groups: [{{name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}}]
+queues: [{{name: a, deserved: {{gpu: 0}}}}, {{name: b, deserved: {{gpu: 0}}}}]
+policies:
+  fair_share: {{usage_half_life_s: {half_life_s}}}
+""", "fair.yaml")
+    records = [{"id": "a-1", "submit_s": 0, "queue": "a", "tasks": 2, "gpus_per_task": 8, "duration_s": 36000},
+               {"id": "a-2", "submit_s": 100, "queue": "a", "tasks": 2, "gpus_per_task": 8, "duration_s": 3600},
+               {"id": "b-1", "submit_s": 30000, "queue": "b", "tasks": 2, "gpus_per_task": 8, "duration_s": 3600}]
+    events = Simulator(fed, read_jsonl(write_trace(tmp_path, records), fed), SimOptions(seed=1)).run().events
+    admitted = [e["job"] for e in events if e["type"] == "admit"]
+    assert admitted == ["a-1", first, ({"a-2", "b-1"} - {first}).pop()]
