@@ -41,12 +41,12 @@ TokenOpt = Annotated[str | None, typer.Option("--token", envvar="FEDERATION_TOKE
                                              help="A token from api.tokens_file, when the federation has one (or FEDERATION_TOKEN).")]
 
 
-def api_get(address: str, path: str, token: str | None):
-    """GET from the federation's API; a clear error when nobody answers or the token is refused."""
+def api_get(address: str, path: str, token: str | None, method: str = "GET"):
+    """Call the federation's API; a clear error when nobody answers or the token is refused."""
     import requests
 
     try:
-        r = requests.get(f"{address}{path}", headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10)
+        r = requests.request(method, f"{address}{path}", headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10)
     except requests.RequestException as e:
         raise Unreachable(f"--address: no federation answers at {address} ({e}); is fedctl up running?") from None
     if r.status_code in (401, 403):
@@ -271,7 +271,8 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
     for col in ("queue", "parent", "guarantee GPU", "deserved GPU", "using GPU", "borrowed GPU"):
         table.add_column(col)
     for q in doc["queues"]:
-        table.add_row(q["name"], q["parent"] or "", f"{q['guarantee']['gpu']:g}", f"{q['deserved']['gpu']:g}", f"{q['usage_gpu']:g}", f"{q['borrowed_gpu']:g}")
+        name = q["name"] + (f" [bold yellow]({q['stopped']}ed)[/]" if q.get("stopped") else "")
+        table.add_row(name, q["parent"] or "", f"{q['guarantee']['gpu']:g}", f"{q['deserved']['gpu']:g}", f"{q['usage_gpu']:g}", f"{q['borrowed_gpu']:g}")
     con.print(table)
     tidal = doc.get("tidal") or {}
     if tidal.get("active") or tidal.get("next_transition"):
@@ -367,6 +368,42 @@ def explain(
         out().print(f"  {doc['reason']}: {MEANING[Reason(doc['reason'])]}", markup=False)
     for p in doc["placements"] or []:
         out().print(f"  task on {p['node']}, GPUs {p['gpus']}", markup=False)
+
+
+queue_app = typer.Typer(no_args_is_help=True, help="Pause, drain or resume a queue (and the queues under it).")
+app.add_typer(queue_app, name="queue")
+
+
+def _stop_queue(name: str, action: str, address: str, token: str | None) -> None:
+    from urllib.parse import quote
+
+    r = api_get(address, f"/api/federation/queues/{quote(name, safe='')}/{action}", token, method="POST")
+    if r.status_code != 200:
+        raise FederationError(f"{name}: the federation at {address} said {r.status_code}: {r.text}")
+    err.print({"pause": f"queue {name} paused: its waiting jobs stay waiting (QueuePaused); what runs goes on",
+               "drain": f"queue {name} drained: nothing new starts, and what runs is stopped and queued again",
+               "resume": f"queue {name} resumed"}[action])
+
+
+AddressOpt = Annotated[str, typer.Option("--address", help="The federation's API.")]
+
+
+@queue_app.command("pause")
+def queue_pause(name: str, address: AddressOpt = "http://127.0.0.1:8266", token: TokenOpt = None) -> None:
+    """Admit nothing more from the queue; what runs goes on (Kueue's stopPolicy Hold)."""
+    _stop_queue(name, "pause", address, token)
+
+
+@queue_app.command("drain")
+def queue_drain(name: str, address: AddressOpt = "http://127.0.0.1:8266", token: TokenOpt = None) -> None:
+    """Admit nothing more, and stop and requeue what runs (Kueue's HoldAndDrain)."""
+    _stop_queue(name, "drain", address, token)
+
+
+@queue_app.command("resume")
+def queue_resume(name: str, address: AddressOpt = "http://127.0.0.1:8266", token: TokenOpt = None) -> None:
+    """Let the queue's jobs run again."""
+    _stop_queue(name, "resume", address, token)
 
 
 tidal_app = typer.Typer(no_args_is_help=True, help="Tidal (time-window) policies.")

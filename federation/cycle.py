@@ -82,6 +82,7 @@ class Observation:
     failed: tuple[ProvisionFailure, ...] = ()
     month_spend_usd: float = 0.0
     bought_for: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the jobs its request was made for
+    stopped: dict[str, str] = field(default_factory=dict)  # queue -> "pause" or "drain", as an operator set it (live only)
 
 
 @dataclass
@@ -162,14 +163,14 @@ class DecisionCycle:
         # waited then would wait the same way now (see incremental_pending).
         in_flight = tuple(f for f in obs.in_flight if f.request_id not in {rid for rid, _ in out.cancel})
         covered = frozenset(j for f in in_flight for j in f.jobs)
-        fingerprint = (obs.running, obs.nodes, queues, covered, tuple(sorted(upcoming.items())))
+        fingerprint = (obs.running, obs.nodes, queues, covered, tuple(sorted(upcoming.items())), tuple(sorted(obs.stopped.items())))
         last = self.last
         out.full = full = (last is None or bool(last.admissions or last.preemptions) or self.scaled or fingerprint != self.fingerprint
                            or (self.wake is not None and now >= self.wake) or len(obs.pending) != self.pending_count + len(obs.arrived)
                            or (self.full_every_s is not None and now - self.last_full_s >= self.full_every_s))
         reservations = last.reservations if last else {}
         snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full),
-                        queues, covered, reservations, over, upcoming, claims)
+                        queues, covered, reservations, over, upcoming, claims, obs.stopped)
         state = self.state or CycleState.build(snap, self.strategy)
         state.quota.past = past
         plan = out.plan = schedule(snap, now, state)

@@ -309,7 +309,7 @@ class Admission:
 @dataclass(frozen=True)
 class Preemption:
     job_id: str
-    reason: str  # Reclaim | Priority | QuotaShrink
+    reason: str  # Reclaim | Priority | QuotaShrink | WindowPrepare | QueueDrained
     for_job: str | None = None
 
 

@@ -15,6 +15,7 @@ class Reason(StrEnum):
     WaitingForQuota = "WaitingForQuota"
     MaxRunningJobs = "MaxRunningJobs"
     UnknownQueue = "UnknownQueue"
+    QueuePaused = "QueuePaused"
     # capacity and placement (federation.scheduler)
     NoFeasibleNode = "NoFeasibleNode"
     WaitingForCapacity = "WaitingForCapacity"
@@ -37,6 +38,7 @@ MEANING: dict[Reason, str] = {
     Reason.WaitingForQuota: "its queue would borrow past its borrowing limit, or the free capacity is held by others' guarantees; it runs as borrowed capacity comes back",
     Reason.MaxRunningJobs: "its queue runs as many jobs as its max_running_jobs allows; it runs when one of them ends",
     Reason.UnknownQueue: "its queue is not a leaf queue of this federation (the config changed under it)",
+    Reason.QueuePaused: "an operator paused or drained its queue (or an ancestor): `fedctl queue resume` lets it run again",
     Reason.NoFeasibleNode: "no node type at its queue's sites can ever hold one of its tasks",
     Reason.WaitingForCapacity: "quota allows it, but no site has room for the whole gang now; it runs as jobs end (its nodes may be reserved for it)",
     Reason.WaitingForReclaim: "jobs are being preempted (within their grace period) to make room for it",

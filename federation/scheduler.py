@@ -59,6 +59,7 @@ class Snapshot:
     over_capability_since: dict[str, float] = field(default_factory=dict)  # kept from the last plan
     upcoming_reserves: dict[str, int] = field(default_factory=dict)  # queue -> GPU milli a window about to open reserves
     claims: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the waiting jobs it was bought for (only they may use it)
+    stopped: dict[str, str] = field(default_factory=dict)  # queue -> "pause" (admit nothing) or "drain" (and stop what runs), by an operator
 
 
 @dataclass
@@ -163,10 +164,12 @@ class _Cycle:
         if self.claims:
             claimants = {j for jobs in self.claims.values() for j in jobs}
             for job in sorted((j for j in self.snap.pending if j.id in claimants), key=lambda j: (-j.priority, j.submit_s, j.id)):
-                if self._start_on_claimed(job):
+                if job.queue in self.quota.queues and self._stopped(job.queue) is None and self._start_on_claimed(job):
                     started.add(job.id)
         for job in self._order(started):
             self._assign(job)
+        if self.snap.stopped:
+            self._drain()
         if self.holds:
             budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
             for r in self.holds.prepare(self.running, self.victims, budget):
@@ -175,6 +178,23 @@ class _Cycle:
         over = self._shrink()
         return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over, self.wake_at,
                     tuple(self.unclaimed))
+
+    def _stopped(self, leaf: str) -> str | None:
+        """The queue on `leaf`'s path an operator paused or drained, if any."""
+        return next((a for a in self.quota.path(leaf) if a in self.snap.stopped), None) if self.snap.stopped else None
+
+    def _drain(self) -> None:
+        """What runs in a drained queue is stopped (with the usual grace) and queued again, as
+        Kueue's HoldAndDrain evicts: non-preemptible jobs too, since an operator asked for it."""
+        budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
+        for r in self.running:
+            if budget <= 0:
+                break
+            by = self._stopped(r.spec.queue)
+            if by is not None and self.snap.stopped[by] == "drain" and not r.preempting and r.spec.id not in self.victims:
+                self.victims.add(r.spec.id)
+                self.preemptions.append(Preemption(r.spec.id, "QueueDrained"))
+                budget -= 1
 
     def _shrink(self) -> dict[str, float]:
         """Queues above their capability (a tidal window lowered it under their usage) give the
@@ -209,6 +229,9 @@ class _Cycle:
                 continue
             if j.queue not in self.quota.queues or not self.quota.is_leaf(j.queue):
                 self.pending[j.id] = PendingReason("UnknownQueue", f"queue {j.queue!r} is not a leaf queue of this federation", j.request())
+                continue
+            if self.snap.stopped and (by := self._stopped(j.queue)) is not None:
+                self.pending[j.id] = PendingReason("QueuePaused", f"queue {by!r} is {'drained' if self.snap.stopped[by] == 'drain' else 'paused'}", j.request())
                 continue
             by_queue.setdefault(j.queue, []).append(j)
         for jobs in by_queue.values():

@@ -84,6 +84,7 @@ class Store:
         self._db.execute("CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status)")  # each cycle reads the live jobs only
         # runtime_env packages (working_dir, py_modules) uploaded by clients, kept until dispatched jobs are done with them
         self._db.execute("CREATE TABLE IF NOT EXISTS packages (name TEXT PRIMARY KEY, data BLOB, uploaded_s REAL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS queue_stops (queue TEXT PRIMARY KEY, policy TEXT, since_s REAL)")
         # each MIG GPU's layout, journaled before a backend applies it: state APPLYING (with the
         # layout it had before, kept on a failure) or READY
         self._db.execute("CREATE TABLE IF NOT EXISTS mig_layouts (node TEXT, gpu INTEGER, layout TEXT, previous TEXT, state TEXT, "
@@ -178,6 +179,18 @@ class Store:
         with self._lock:
             rows = self._db.execute("SELECT node, gpu, layout, previous, state, since_s FROM mig_layouts ORDER BY node, gpu").fetchall()
         return [(n, g, json.loads(lay), json.loads(prev), st, since) for n, g, lay, prev, st, since in rows]
+
+    def stop_queue(self, queue: str, policy: str | None, at: float) -> None:
+        """An operator's pause or drain of a queue (None: resumed)."""
+        with self._lock:
+            if policy is None:
+                self._db.execute("DELETE FROM queue_stops WHERE queue = ?", (queue,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO queue_stops VALUES (?, ?, ?)", (queue, policy, at))
+
+    def stopped_queues(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._db.execute("SELECT queue, policy FROM queue_stops").fetchall())
 
     def put_package(self, name: str, data: bytes, at: float) -> None:
         with self._lock:

@@ -123,3 +123,13 @@ def test_a_bad_tokens_file_is_refused_naming_the_entry(tmp_path, text, words):
     (tmp_path / "t.yaml").write_text(text)
     with pytest.raises(FederationError, match=words.replace("[", r"\[").replace("]", r"\]")):
         load_tokens(str(tmp_path / "t.yaml"), subtrees(parse(CONFIG)))
+
+
+def test_a_queue_is_paused_or_resumed_by_whoever_may_write_its_jobs(api):
+    assert api("POST", "/api/federation/queues/train/pause")[0] == 401
+    assert api("POST", "/api/federation/queues/train/pause", "tok-batch")[0] == 403
+    assert api("POST", "/api/federation/queues/batch/drain", "tok-batch-read")[0] == 403
+    assert api("POST", "/api/federation/queues/train/pause", "tok-research") == (200, '{"queue": "train", "stopped": "pause"}')
+    assert api("POST", "/api/federation/queues/train/resume", "tok-admin") == (200, '{"queue": "train", "stopped": null}')
+    assert api("POST", "/api/federation/queues/nope/pause", "tok-admin")[0] == 404
+    assert api("POST", "/api/federation/queues/train/explode", "tok-admin")[0] in (404, 405)

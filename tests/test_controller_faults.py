@@ -6,6 +6,8 @@ in test_up_faults.py.)"""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 
 import pytest
 
@@ -194,3 +196,48 @@ def test_a_run_past_its_max_runtime_is_stopped_and_the_job_fails_saying_why(env)
     c.tick()
     row = c.store.get("capped")
     assert row.status == "FAILED" and "MaxRuntimeExceeded" in row.message and site.jobs["capped-0"] == "STOPPED"
+
+
+def test_fedctl_queue_pause_drain_and_resume_through_the_api(tmp_path):
+    """As an operator runs it: `fedctl queue` against the served controller. A paused queue's
+    new job waits (QueuePaused) while its running job goes on; drained, the running job is
+    stopped and queued again; resumed, both run."""
+    import subprocess
+    import sys
+
+    from federation.runtime.api import Serving
+    from tests.test_live import free_port
+
+    site = FakeSite()
+    c = Controller(parse(CONFIG + "policies: {preemption: {grace_s: 0}}\n"), Store(tmp_path / "s.db"), {"idc": site})
+    serving = Serving(c, "127.0.0.1", free_port(), cycle_s=0.1)
+
+    def fedctl(*args):
+        return subprocess.run([sys.executable, "-m", "federation.cli", *args, "--address", serving.url], capture_output=True, text=True, timeout=60)
+
+    def settled(want, timeout_s=20.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = {r.id: (r.status, r.reason) for r in c.store.jobs()}
+            if all(got.get(j) == w for j, w in want.items()):
+                return got
+            time.sleep(0.05)
+        raise AssertionError(f"{got} never became {want}")
+
+    try:
+        c.submit({"entrypoint": "sleep 9", "submission_id": "old", "metadata": {"queue": "research", "gpus_per_task": "8"}})
+        settled({"old": ("RUNNING", None)})
+        r = fedctl("queue", "pause", "research")
+        assert r.returncode == 0 and "paused" in r.stderr, r.stderr
+        c.submit({"entrypoint": "sleep 9", "submission_id": "new", "metadata": {"queue": "research", "gpus_per_task": "8"}})
+        settled({"old": ("RUNNING", None), "new": ("PENDING", "QueuePaused")})
+        status = fedctl("status", "--json")
+        assert json.loads(status.stdout)["queues"][0]["stopped"] == "pause"
+        assert fedctl("queue", "drain", "research").returncode == 0
+        settled({"old": ("PENDING", "QueuePaused"), "new": ("PENDING", "QueuePaused")})
+        assert fedctl("queue", "resume", "research").returncode == 0
+        settled({"old": ("RUNNING", None), "new": ("RUNNING", None)})
+        r = fedctl("queue", "pause", "nope")
+        assert r.returncode != 0 and "'nope' is not a queue" in r.stderr
+    finally:
+        serving.close()

@@ -297,3 +297,16 @@ def test_a_cloud_node_bought_for_a_job_is_that_jobs_and_given_up_when_its_quota_
     elsewhere = RunningJob(job("other", "train", gpus=8), "idc", (TaskPlacement(full.name, tuple(range(8))),), 0.0)
     plan = schedule(snapshot(f, pending=[small, big], running=[elsewhere], nodes=[full, node], claims={node.name: ("big",)}), 10.0)
     assert plan.unclaimed == ("big",) and [a.job_id for a in plan.admissions] == ["small"]
+
+
+def test_a_paused_queue_admits_nothing_and_a_drained_one_also_stops_what_runs():
+    f = fed([q("research", deserved=16), q("train", parent="research", deserved=8), q("batch", deserved=8)], [site("idc", count=2)])
+    running = [RunningJob(job("r1", "train", gpus=4), "idc", (TaskPlacement("idc-0", (0, 1, 2, 3)),), 0.0),
+               RunningJob(job("r2", "batch", gpus=4, preemptible=False), "idc", (TaskPlacement("idc-1", (0, 1, 2, 3)),), 0.0)]
+    pending = [job("t", "train", gpus=2), job("b", "batch", gpus=2)]
+    plan = schedule(snapshot(f, pending=pending, running=running, stopped={"research": "pause"}), 0.0)
+    assert [a.job_id for a in plan.admissions] == ["b"] and plan.preemptions == ()
+    assert plan.pending["t"].code == "QueuePaused" and "'research' is paused" in plan.pending["t"].message
+    # drained: its running jobs are stopped and requeued too, non-preemptible ones included (an operator asked)
+    plan = schedule(snapshot(f, pending=pending, running=running, stopped={"batch": "drain"}), 0.0)
+    assert [a.job_id for a in plan.admissions] == ["t"] and [(p.job_id, p.reason) for p in plan.preemptions] == [("r2", "QueueDrained")]

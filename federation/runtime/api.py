@@ -157,6 +157,13 @@ def make_app(ctl: Controller, tokens: dict[str, Grant] | None = None) -> web.App
             doc["running"] = [r for r in doc["running"] if grant.allows(r.get("queue"), "read")]
         return web.json_response(doc)
 
+    @routes.post("/api/federation/queues/{queue}/{action:pause|drain|resume}")
+    async def stop_queue(req: web.Request) -> web.Response:
+        """An operator pauses, drains or resumes a queue: whoever may write its jobs may."""
+        queue, action = req.match_info["queue"], req.match_info["action"]
+        access.require(req.headers.get("Authorization"), queue, "write")
+        return web.json_response(await run(ctl.stop_queue, queue, None if action == "resume" else action))
+
     @routes.get("/api/federation/jobs/{job_id}/explain")
     async def explain(req: web.Request) -> web.Response:
         row = job_or_404(req, "read")

@@ -186,7 +186,7 @@ class Controller:
         submitted = self._submitted(arrived, rows, now)
         cloud = tuple(n for n in nodes if n.site in self.providers)
         d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
-                                        tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for()))
+                                        tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues()))
         self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
@@ -280,6 +280,15 @@ class Controller:
                 del self.in_flight[rid]
                 if not self.providers[f.site].durable:  # cloud providers journal their own deliveries
                     self.ledger.update(rid, state="DELIVERED")
+
+    def stop_queue(self, queue: str, policy: str | None) -> dict:
+        """Pause ("pause": admit nothing new), drain ("drain": also stop and requeue what runs) or
+        resume (None) a queue and the queues under it, from the next cycle on."""
+        if queue not in {q.name for q in self.fed.queues}:
+            raise BadSubmission(f"queue {queue!r} is not a queue of this federation", 404)
+        self.store.stop_queue(queue, policy, self.clock())
+        self.log(f"queue {queue}: {policy or 'resume'}d by an operator")
+        return {"queue": queue, "stopped": policy}
 
     def _bought_for(self) -> dict[str, tuple[str, ...]]:
         """Each cloud node's jobs, as its request's journal entry names them (so a restart keeps them)."""
@@ -486,6 +495,7 @@ class Controller:
         nxt = next_transition(self.fed, local) if any(t.window for t in self.fed.policies.tidal) else None
         usage: dict[str, float] = {}
         gpus: dict[str, float] = {}
+        stopped = self.store.stopped_queues()
         for r in rows:
             if r.status != "PENDING":
                 spec = self._spec(r.id, r.request, r.submitted_s)
@@ -496,7 +506,7 @@ class Controller:
             "health": self.health.to_dict(self.clock()),
             "sites": [{"name": s.name, "kind": s.kind, "connected": s.name in self.sites} for s in self.fed.sites],
             "nodes": [{"name": n.name, "site": n.site, "gpus": n.gpus, "gpu_model": n.gpu_model} for n in self.nodes],
-            "queues": [{"name": q.name, "parent": q.parent, "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),
+            "queues": [{"name": q.name, "parent": q.parent, "stopped": stopped.get(q.name), "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),
                         "capability": q.capability.to_dict(), "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}
                        for q in effective_queues(self.fed, local)],
             "tidal": {"active": [t.name for t in active_policies(self.fed, local)], "next_transition": nxt.isoformat() if nxt else None,
