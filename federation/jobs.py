@@ -50,6 +50,7 @@ class JobRequest(BaseModel):
     kind: Literal["training", "inference", "batch"] | None = None
     min_tasks: Annotated[Whole, Field(ge=1, le=MAX_TASKS)] | None = None
     max_runtime_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = None  # each run; then it is stopped and fails
+    max_retries: Annotated[Whole, Field(ge=0, le=100)] = 0  # runs that fail at their site are run again this many times
 
 
 def problems(e: ValidationError) -> list[tuple[str, str]]:
@@ -88,6 +89,7 @@ def make_job(
     kind: str | None = None,
     min_tasks: int | None = None,
     max_runtime_s: float | None = None,
+    max_retries: int = 0,
 ) -> JobSpec:
     """A job spec; raises JobRejected naming the field for what cannot be a job here."""
     given = [n for n, v in (("gpus_per_task", gpus_per_task), ("gpu_milli_per_task", gpu_milli_per_task), ("mig_profile", mig_profile)) if v is not None]
@@ -128,4 +130,5 @@ def make_job(
         min_tasks=min_tasks,
         kind=kind,
         max_runtime_s=max_runtime_s,
+        max_retries=max_retries,
     )

@@ -233,6 +233,8 @@ class JobSpec:
     min_tasks: int | None = None  # elastic gangs start with at least this many
     kind: str | None = None
     max_runtime_s: float | None = None  # a run that lasts longer is stopped and the job fails
+    max_retries: int = 0  # a run that fails at its site is run again, this many times at most
+    not_before_s: float | None = None  # after a failed run, its retry waits until then (back-off)
 
     @cached_property
     def shape_key(self) -> tuple:

@@ -16,6 +16,7 @@ class Reason(StrEnum):
     MaxRunningJobs = "MaxRunningJobs"
     UnknownQueue = "UnknownQueue"
     QueuePaused = "QueuePaused"
+    RetryBackoff = "RetryBackoff"
     # capacity and placement (federation.scheduler)
     NoFeasibleNode = "NoFeasibleNode"
     WaitingForCapacity = "WaitingForCapacity"
@@ -38,6 +39,7 @@ MEANING: dict[Reason, str] = {
     Reason.WaitingForQuota: "its queue would borrow past its borrowing limit, or the free capacity is held by others' guarantees; it runs as borrowed capacity comes back",
     Reason.MaxRunningJobs: "its queue runs as many jobs as its max_running_jobs allows; it runs when one of them ends",
     Reason.UnknownQueue: "its queue is not a leaf queue of this federation (the config changed under it)",
+    Reason.RetryBackoff: "its last run failed at its site; it runs again (max_retries) once its back-off is over: 10 s after the first failure, doubling, at most 6 min",
     Reason.QueuePaused: "an operator paused or drained its queue (or an ancestor): `fedctl queue resume` lets it run again",
     Reason.NoFeasibleNode: "no node type at its queue's sites can ever hold one of its tasks",
     Reason.WaitingForCapacity: "quota allows it, but no site has room for the whole gang now; it runs as jobs end (its nodes may be reserved for it)",

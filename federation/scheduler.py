@@ -230,6 +230,10 @@ class _Cycle:
             if j.queue not in self.quota.queues or not self.quota.is_leaf(j.queue):
                 self.pending[j.id] = PendingReason("UnknownQueue", f"queue {j.queue!r} is not a leaf queue of this federation", j.request())
                 continue
+            if j.not_before_s is not None and j.not_before_s > self.now:
+                self.pending[j.id] = PendingReason("RetryBackoff", f"its last run failed; it runs again in {j.not_before_s - self.now:.0f} s, after its back-off", j.request())
+                self.wake_at = min(self.wake_at or float("inf"), j.not_before_s)
+                continue
             if self.snap.stopped and (by := self._stopped(j.queue)) is not None:
                 self.pending[j.id] = PendingReason("QueuePaused", f"queue {by!r} is {'drained' if self.snap.stopped[by] == 'drain' else 'paused'}", j.request())
                 continue

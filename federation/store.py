@@ -21,7 +21,7 @@ from pathlib import Path
 from federation.errors import FederationError
 
 COLUMNS = ("id", "entrypoint", "metadata", "runtime_env", "request", "status", "reason", "message", "site", "placements",
-           "dispatch_id", "submitted_s", "started_s", "ended_s", "attempt", "stop_at_s")
+           "dispatch_id", "submitted_s", "started_s", "ended_s", "attempt", "stop_at_s", "retries", "not_before_s")
 JSON_COLUMNS = {"metadata", "runtime_env", "request", "placements"}
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 LIVE = {"PENDING", "ADMITTED", "RUNNING"}
@@ -29,8 +29,10 @@ LIVE = {"PENDING", "ADMITTED", "RUNNING"}
 #: the journal's layout version (SQLite's user_version). A file from an older version is brought
 #: up to date by MIGRATIONS[v] (the statements from v to v + 1) when opened; one from a newer
 #: version is refused rather than misread. Version 1 is the layout every release so far wrote.
-SCHEMA_VERSION = 1
-MIGRATIONS: dict[int, list[str]] = {}
+SCHEMA_VERSION = 2
+MIGRATIONS: dict[int, list[str]] = {
+    1: ["ALTER TABLE jobs ADD COLUMN retries", "ALTER TABLE jobs ADD COLUMN not_before_s"],  # retries of failed runs
+}
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
@@ -46,8 +48,10 @@ def connect(path: str | Path) -> sqlite3.Connection:
     if found > SCHEMA_VERSION:
         raise FederationError(f"{path}: this journal was written by a newer gpu-federation (layout {found}; this one reads up to "
                               f"{SCHEMA_VERSION}); upgrade, or give --state a new file")
-    # 0 is a new file, or one from before versions were written: both have layout 1
-    for v in range(max(found, 1), SCHEMA_VERSION):
+    # 0 is a new file (no tables yet: they are made in the newest layout), or one from before
+    # versions were written, which has layout 1
+    has_jobs = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone() is not None
+    for v in range(max(found, 1), SCHEMA_VERSION if has_jobs else 1):
         for statement in MIGRATIONS[v]:
             db.execute(statement)
     if found < SCHEMA_VERSION:
@@ -73,6 +77,8 @@ class JobRow:
     ended_s: float | None = None
     attempt: int = 0
     stop_at_s: float | None = None  # set while a preempted job is within its grace period
+    retries: int = 0  # failed runs run again so far
+    not_before_s: float | None = None  # a retry's back-off: it waits until then
 
 
 class Store:

@@ -241,3 +241,52 @@ def test_fedctl_queue_pause_drain_and_resume_through_the_api(tmp_path):
         assert r.returncode != 0 and "'nope' is not a queue" in r.stderr
     finally:
         serving.close()
+
+
+def test_a_failed_run_is_retried_after_a_doubling_back_off_until_max_retries(env):
+    c, site, clock = env
+    c.submit({"entrypoint": "python x.py", "submission_id": "flaky", "metadata": {"queue": "research", "gpus_per_task": "4", "max_retries": "2"}})
+    c.submit({"entrypoint": "python x.py", "submission_id": "once", "metadata": {"queue": "research", "gpus_per_task": "4"}})
+    c.tick()
+    dispatched = []
+    for n, wait in ((1, 10), (2, 20)):
+        row = c.store.get("flaky")
+        assert row.status == "RUNNING"
+        dispatched.append(row.dispatch_id)
+        site.jobs[row.dispatch_id] = "FAILED"
+        if n == 1:
+            site.jobs[c.store.get("once").dispatch_id] = "FAILED"
+        clock[0] += 1
+        c.tick()
+        row = c.store.get("flaky")
+        assert (row.status, row.reason, row.retries, row.not_before_s) == ("PENDING", "RetryBackoff", n, clock[0] + wait)
+        assert f"runs again in {wait} s" in row.message
+        clock[0] += wait - 1
+        c.tick()
+        assert c.store.get("flaky").status == "PENDING"  # not before its back-off is over
+        clock[0] += 1
+        c.tick()
+    assert c.store.get("once").status == "FAILED"  # no max_retries: a failed run fails the job
+    row = c.store.get("flaky")
+    assert row.status == "RUNNING" and row.dispatch_id not in dispatched and row.attempt == 2
+    site.jobs[row.dispatch_id] = "FAILED"
+    clock[0] += 1
+    c.tick()
+    assert c.store.get("flaky").status == "FAILED"  # the retries are spent
+
+
+def test_a_journal_from_before_retries_is_brought_up_to_date_and_its_jobs_read(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, entrypoint, metadata, runtime_env, request, status, reason, message, site, "
+               "placements, dispatch_id, submitted_s, started_s, ended_s, attempt, stop_at_s)")
+    db.execute("INSERT INTO jobs VALUES ('j', 'true', '{}', '{}', '{\"queue\": \"research\"}', 'PENDING', NULL, NULL, NULL, NULL, NULL, 5.0, "
+               "NULL, NULL, 0, NULL)")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    row = Store(path).get("j")
+    assert (row.status, row.submitted_s, row.retries, row.not_before_s) == ("PENDING", 5.0, None, None)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2

@@ -170,7 +170,7 @@ class Controller:
         for r in rows:
             spec = specs[r.id] = self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s)
             if r.status == "PENDING":
-                pending.append(spec)
+                pending.append(replace(spec, not_before_s=r.not_before_s) if r.not_before_s else spec)
             else:
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
@@ -328,6 +328,24 @@ class Controller:
                           reason=reason, message=f"{reason + ': ' if reason else ''}requeued, {why}")
         self.log(f"{row.site}: job {row.id} requeued ({reason or 'Preempted'}): {why}")
 
+    #: a failed run's retry waits RETRY_BASE_S, doubling with each failure, at most RETRY_MAX_S
+    #: (Kubernetes' back-off for a Job's failed pods: 10 s, doubling, capped at six minutes)
+    RETRY_BASE_S, RETRY_MAX_S = 10.0, 360.0
+
+    def _max_retries(self, row: JobRow) -> int:
+        spec = self.specs.get(row.id)
+        return spec.max_retries if spec is not None else int(row.request.get("max_retries") or 0)
+
+    def _retry(self, row: JobRow, now: float) -> None:
+        """A run failed at its site and the job has retries left: queued again, whole, after a back-off."""
+        n = (row.retries or 0) + 1
+        wait = min(self.RETRY_MAX_S, self.RETRY_BASE_S * 2 ** (n - 1))
+        self.site_status.pop(row.id, None)
+        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, attempt=row.attempt + 1,
+                          retries=n, not_before_s=now + wait, reason="RetryBackoff",
+                          message=f"RetryBackoff: run {n} failed at {row.site}; retry {n} of {self._max_retries(row)} in {wait:g} s")
+        self.log(f"{row.site}: job {row.id} failed; retry {n} of {self._max_retries(row)} in {wait:g} s")
+
     def _month(self, now: float) -> str:
         return self._local(now).strftime("%Y-%m")
 
@@ -417,6 +435,9 @@ class Controller:
                     self._requeue(row, "SiteLost", f"its site {row.site} has not answered for {now - self.unreachable_since[row.site]:.0f} s")
                 continue
             self.unreachable_since.pop(row.site, None)
+            if status == "FAILED" and row.stop_at_s is None and (row.retries or 0) < self._max_retries(row):
+                self._retry(row, now)
+                continue
             if status in TERMINAL:  # ended, within a preemption's grace too: it is done, and never runs again
                 self.site_status.pop(row.id, None)
                 self.store.update(row.id, status=status, ended_s=now, stop_at_s=None, message=f"{status.lower()} at {row.site}")

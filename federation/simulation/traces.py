@@ -60,6 +60,7 @@ def _job_from_line(fed: Federation, line: TraceLine) -> TraceJob:
         gpu_milli_per_task=line.gpu_milli_per_task, mig_profile=line.mig_profile, cpus_per_task=line.cpus_per_task,
         memory_gib_per_task=line.memory_gib_per_task, priority=line.priority, gpu_model=line.gpu_model,
         preemptible=line.preemptible, kind=line.kind, min_tasks=line.min_tasks, max_runtime_s=line.max_runtime_s,
+        max_retries=line.max_retries,
     )
     check_job(fed, spec)
     return TraceJob(spec, line.duration_s, line.checkpoint_interval_s)
