@@ -274,6 +274,7 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
                     boot_s=g.boot_s,
                     spot_interruptions_per_hour=g.spot_interruptions_per_hour,
                     racks=g.racks,
+                    rack=g.rack,
                     mig_enabled=g.mig.enabled,
                     mig_backend=g.mig.backend,
                     instance_type=g.instance_type or g.machine_type,

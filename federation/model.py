@@ -101,6 +101,7 @@ class NodeGroup:
     boot_s: float = 0.0
     spot_interruptions_per_hour: float = 0.0
     racks: int = 1
+    rack: str | None = None  # the rack every node of the group is in, when the config names it
     mig_enabled: bool = False
     mig_backend: str = "auto"  # auto | gpu-operator | nvml | none
     instance_type: str | None = None

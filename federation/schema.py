@@ -75,6 +75,7 @@ class NodeGroupSpec(Strict):
     spot_interruptions_per_hour: NonNegativeFloat = 0.0
     rack_label: str | None = None
     racks: PositiveInt = 1  # fixed nodes are spread over this many racks (for topology)
+    rack: Name | None = None  # or: every node of the group is in this rack (a group per rack names them as they are)
     mig: MigSetting = MigSetting()
 
 

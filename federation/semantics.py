@@ -137,6 +137,8 @@ def _check_sites(spec: schema.FederationSpec) -> list[Issue]:
                 issues.append(((*gat, "mig", "enabled"), f"{g.gpu_model} does not support MIG"))
             if g.mig.backend == "gpu-operator" and getattr(site.provider, "kind", None) != "kubernetes":
                 issues.append(((*gat, "mig", "backend"), "the gpu-operator backend needs the site's provider to be kind: kubernetes"))
+            if g.rack is not None and g.racks > 1:
+                issues.append(((*gat, "rack"), "give rack (all the group's nodes in one rack) or racks (spread over that many), not both"))
             if g.fallback is not None and (g.fallback not in names or g.fallback == g.name):
                 issues.append(((*gat, "fallback"), f"fallback {g.fallback!r} is not another node group of site {site.name!r}"))
             elastic = g.max_nodes is not None

@@ -151,3 +151,17 @@ queues: [{{name: q}}]
     with pytest.raises(ConfigError) as e:
         parse(text, "f.yaml")
     assert any(p.path == path and words in p.message for p in e.value.problems), [str(p) for p in e.value.problems]
+
+
+def test_a_node_group_names_its_rack_or_spreads_over_racks_not_both():
+    text = """
+federation: {name: t, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    node_groups: [{name: g, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2, rack: r1, racks: 2}]
+queues: [{name: q}]
+"""
+    with pytest.raises(ConfigError) as e:
+        parse(text, "f.yaml")
+    assert any(p.path == "sites.0.node_groups.0.rack" and "not both" in p.message for p in e.value.problems)

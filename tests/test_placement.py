@@ -108,3 +108,27 @@ def test_the_observed_mix_covers_most_tasks_and_counts_cpu_only_ones():
     # FGD's target workload: the most common shapes that make up 95% of the tasks
     assert set(mix) == {Shape(1000, 1), Shape(250, 1), Shape(0, 0, cpu_milli=4000)}
     assert mix[Shape(1000, 1)] == 60 / 98
+
+
+def test_racks_named_per_node_group_reach_placement_live_and_simulated():
+    """Two groups named for their racks, in the config's nodes both shells build
+    (federation.inventory): a two-node gang goes to the smallest rack that holds it."""
+    from federation.config import parse
+    from federation.inventory import config_nodes
+
+    fed = parse("""
+federation: {name: racks, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    node_groups:
+      - {name: row1, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 3, rack: r1}
+      - {name: row2, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 3, rack: r2}
+queues: [{name: q}]
+""", "racks.yaml")
+    nodes = config_nodes(fed)
+    assert {n.name: n.rack for n in nodes} == {**{f"idc/row1-{i}": "r1" for i in range(3)}, **{f"idc/row2-{i}": "r2" for i in range(3)}}
+    st = ClusterState(nodes)
+    st.apply(job("pre", "q", gpus=8), [TaskPlacement("idc/row1-0", tuple(range(8)))])
+    placed = place_gang(st, job("g", "q", tasks=2, gpus=8), "idc", make_strategy("bestfit"))
+    assert {p.node for p in placed} == {"idc/row1-1", "idc/row1-2"}  # the smallest rack that holds it; r2 stays whole
