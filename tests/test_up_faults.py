@@ -36,13 +36,26 @@ queues:
 JOBS = Path(__file__).parent / "jobs"
 
 
+# the same federation with a local burst site: a Ray cluster of its own, its nodes started on demand
+BURST = CONFIG.replace("""queues:
+  - {{name: batch, deserved: {{gpu: 4}}}}""", """  - name: burst
+    kind: local
+    provider: {{kind: local}}
+    node_groups:
+      - {{name: gpu, gpu_model: A100-80GB, gpus_per_node: 4, cpus_per_node: 2, memory_gib_per_node: 8, min_nodes: 0, max_nodes: 2,
+         price_usd_per_hour: 1}}
+queues:
+  - {{name: batch, deserved: {{gpu: 4}}, burst: true}}
+policies: {{burst: {{enabled: true, pending_wait_s: 1, budget_usd_per_hour: 10, scale_in_idle_s: 5}}}}""")
+
+
 class FedctlUp:
     """One `fedctl up` process, in a process group of its own so a test can kill -9 it alone."""
 
-    def __init__(self, tmp: Path, name: str, state: Path | None = None, port: int | None = None):
+    def __init__(self, tmp: Path, name: str, state: Path | None = None, port: int | None = None, config: str = CONFIG):
         self.port = port or free_port()
         self.config = tmp / f"{name}.yaml"
-        self.config.write_text(CONFIG.format(name=name, port=self.port))
+        self.config.write_text(config.format(name=name, port=self.port))
         self.state = state or tmp / f"{name}.sqlite"
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(tmp / f"{name}-{time.time_ns()}.out", "w")  # noqa: SIM115 - closed in stop()
@@ -62,11 +75,15 @@ class FedctlUp:
     def cluster(self) -> LocalCluster:
         return LocalCluster(temp_dir_for(str(self.state.resolve())), "", "", [])
 
-    def submit(self, job_id: str, *args: str) -> subprocess.CompletedProcess:
+    def site_cluster(self, site: str) -> LocalCluster:
+        """A local burst site's own cluster, as `fedctl up` recorded it."""
+        return LocalCluster.load(temp_dir_for(f"{self.state.resolve()}#{site}")) or LocalCluster(temp_dir_for(f"{self.state.resolve()}#{site}"), "", "", [])
+
+    def submit(self, job_id: str, *args: str, meta: dict | None = None) -> subprocess.CompletedProcess:
         env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
         env.pop("RAY_ADDRESS", None)
         return subprocess.run([ray_cli(), "job", "submit", "--address", self.url, "--submission-id", job_id, "--no-wait",
-                               "--metadata-json", json.dumps({"queue": "batch", "gpus_per_task": "1"}), *args],
+                               "--metadata-json", json.dumps(meta or {"queue": "batch", "gpus_per_task": "1"}), *args],
                               env=env, capture_output=True, text=True, timeout=180)
 
     def status(self, job_id: str) -> str:
@@ -98,6 +115,7 @@ def ups():
     for u in started:
         u.stop()
         u.cluster.stop()  # a test that failed half-way leaves nothing behind
+        u.site_cluster("burst").stop()
 
 
 def test_a_working_dir_job_runs_through_the_actors_and_scheduling_goes_on_after_it(tmp_path, ups):
@@ -136,6 +154,31 @@ def test_two_federations_share_a_host_and_stopping_one_leaves_the_other_running(
     b.stop()
     assert not b.cluster.processes()
     assert a.wait("a-1", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"  # b's stop ended nothing of a's
+
+
+def test_a_gang_bursts_to_a_local_site_that_is_a_ray_cluster_of_its_own(tmp_path, ups):
+    """Two real Ray clusters, as users federate them: the IDC's and the burst site's. One job runs
+    on the IDC; a gang the IDC cannot hold makes the burst site start two nodes in its own
+    cluster, and runs there pinned to them (the job checks it from inside), submitted with the
+    stock `ray job submit`."""
+    ups.append(up := FedctlUp(tmp_path, "two", config=BURST))
+    idc, burst = LocalCluster.load(up.cluster.temp_dir), up.site_cluster("burst")
+    assert burst.dashboard and burst.gcs != idc.gcs and burst.temp_dir != idc.temp_dir
+    assert up.submit("on-idc", "--", "python", "-c", "print('idc')").returncode == 0
+    r = up.submit("gang", "--working-dir", str(JOBS), "--", "python", "check_pinning.py", meta={"queue": "batch", "tasks": "2", "gpus_per_task": "4"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert up.wait("on-idc", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    assert up.wait("gang", {"SUCCEEDED", "FAILED"}, timeout=240) == "SUCCEEDED"
+    rows = {j: Store(up.state).get(j) for j in ("on-idc", "gang")}
+    assert (rows["on-idc"].site, rows["gang"].site) == ("idc", "burst")
+
+    def ray_jobs(c: LocalCluster) -> set[str]:
+        return {j["submission_id"] for j in requests.get(f"{c.dashboard}/api/jobs/", headers=c.headers(), timeout=10).json()}
+
+    assert rows["gang"].dispatch_id in ray_jobs(burst) and rows["gang"].dispatch_id not in ray_jobs(idc)
+    assert rows["on-idc"].dispatch_id in ray_jobs(idc) and rows["on-idc"].dispatch_id not in ray_jobs(burst)
+    up.stop()
+    assert not burst.processes() and not up.cluster.processes()  # both clusters end with fedctl up, nothing else
 
 
 def test_a_process_that_only_names_the_clusters_files_is_not_taken_for_part_of_it(tmp_path):

@@ -165,16 +165,19 @@ class LocalCluster:
             return None
 
 
-def start_local_ray(nodes: Sequence[Node], head_cpus: int = 2, key: str | None = None, log=lambda _: None) -> LocalCluster:
+def start_local_ray(nodes: Sequence[Node], head_cpus: int = 2, key: str | None = None, log=lambda _: None,
+                    token_of: LocalCluster | None = None) -> LocalCluster:
     """A local Ray cluster with logical GPUs: a head without GPUs (job drivers and the dashboard
     live there) and one Ray node per configured node, carrying the resource that names it, so
     gangs are pinned to real nodes. `key` (the state file) names its temp dir: a live cluster
     left there with the same nodes (by a `fedctl up` that was killed) is adopted, with the jobs
-    it still runs; anything else left there is stopped first. Without a key, a fresh temp dir."""
+    it still runs; anything else left there is stopped first. Without a key, a fresh temp dir.
+    `token_of`: a cluster whose Ray token this one shares (the federation's clients hold one)."""
     names = [n.name for n in nodes]
     temp = temp_dir_for(key or f"{os.getpid()}-{time.time_ns()}")
     old = LocalCluster.load(temp)
-    if old is not None and old.nodes == names and old.alive():
+    shares = token_of is None or (old is not None and old.headers() == token_of.headers())
+    if old is not None and old.nodes == names and shares and old.alive():
         log(f"adopted the federation's Ray cluster at {old.dashboard}, left running by an earlier run")
         old.use()
         return old
@@ -185,7 +188,7 @@ def start_local_ray(nodes: Sequence[Node], head_cpus: int = 2, key: str | None =
     cluster = LocalCluster(temp, f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}", names)
     fd = os.open(cluster.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with open(fd, "w", encoding="utf-8") as f:
-        f.write(secrets.token_hex(32))
+        f.write(Path(token_of.token_path).read_text(encoding="utf-8") if token_of is not None else secrets.token_hex(32))
     common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
     try:
         _ray_start(cluster.env, ["--head", "--num-gpus", "0", "--num-cpus", str(head_cpus), "--dashboard-host", "127.0.0.1",

@@ -26,6 +26,7 @@ class Up:
     cluster: LocalCluster  # the local Ray cluster the controller runs on
     providers: list = field(repr=False)  # the site actors that host a provider
     actors: list = field(repr=False)
+    burst: dict[str, LocalCluster] = field(default_factory=dict)  # a local burst site's own Ray cluster
 
     @property
     def dashboard(self) -> str:
@@ -46,6 +47,8 @@ class Up:
         for a in self.actors:
             ray.kill(a, no_restart=True)
         ray.shutdown()
+        for c in self.burst.values():
+            c.stop()
         self.cluster.stop()
 
 
@@ -61,22 +64,34 @@ def start(fed: Federation, state: Path, cycle_s: float, listen: str, tokens: dic
     # it) running, and the next one with the same state adopts it instead of starting a second
     cluster = start_local_ray(fixed, key=str(state.resolve()), log=log)
     dashboard, gcs = cluster.dashboard, cluster.gcs
-    if local:
+    fixed_sites = [s for s in local if not s.is_cloud]
+    if fixed_sites:
         log(f"local Ray cluster at {dashboard}: {len(fixed)} node(s), {sum(n.gpus for n in fixed)} logical GPUs, "
-            f"for {', '.join(s.name for s in local)}")
+            f"for {', '.join(s.name for s in fixed_sites)}")
+    burst: dict[str, LocalCluster] = {}
     try:
+        # A local burst site is a Ray cluster of its own, as a cloud site's is: a head here, and
+        # worker nodes started on demand. It shares the federation's Ray token (its clients hold one).
+        for s in local:
+            if s.is_cloud:
+                burst[s.name] = start_local_ray((), key=f"{state.resolve()}#{s.name}", log=log, token_of=cluster)
+                log(f"local Ray cluster at {burst[s.name].dashboard} for burst site {s.name} (its nodes start on demand)")
+        cluster.use()
         # the actors' log is a file `run_up` follows (see actors._log), not their forwarded prints
         ray.init(address=gcs, namespace=f"federation-{fed.name}", logging_level="WARNING", log_to_driver=False)
-        address = {s.name: dashboard for s in local} | {s.name: s.ray_address for s in fed.sites if s.ray_address}
-        # a local burst site's "cloud nodes" are Ray workers started on this machine on demand
-        workers = {s.name: (s.name, cluster, getattr(s.provider, "start_delay_s", 0.0)) for s in local if s.is_cloud}
+        address = ({s.name: dashboard for s in fixed_sites} | {n: c.dashboard for n, c in burst.items()}
+                   | {s.name: s.ray_address for s in fed.sites if s.ray_address})
+        # a local burst site's "cloud nodes" are Ray workers started on this machine on demand, in its cluster
+        workers = {n: (n, c, getattr(fed.site(n).provider, "start_delay_s", 0.0)) for n, c in burst.items()}
         parts = site_parts(fed, state, address, workers)
         url, sites, others = start_actors(fed, state, parts, host or "127.0.0.1", int(port), cycle_s, tokens)
     except BaseException:
         ray.shutdown()
+        for c in burst.values():
+            c.stop()
         cluster.stop()
         raise
-    return Up(url, cluster, [a for n, a in sites.items() if "provider" in parts[n]], [*sites.values(), *others])
+    return Up(url, cluster, [a for n, a in sites.items() if "provider" in parts[n]], [*sites.values(), *others], burst)
 
 
 def run_up(fed: Federation, state: Path, cycle_s: float, log) -> None:
