@@ -268,11 +268,14 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
         err.print(f"[bold red]the scheduling cycle is stalled[/]: no cycle has succeeded since {health.get('last_cycle_s') or 'start-up'}; "
                   f"last error: {health.get('last_error')} (see the controller's log)")
     table = Table(title=f"queues of {doc['federation']}")
-    for col in ("queue", "parent", "guarantee GPU", "deserved GPU", "using GPU", "borrowed GPU"):
+    books = (doc.get("showback") or {}).get("queues") or {}
+    for col in ("queue", "parent", "guarantee GPU", "deserved GPU", "using GPU", "borrowed GPU", "GPU-hours", "cloud USD"):
         table.add_column(col)
     for q in doc["queues"]:
+        mine = books.get(q["name"], {})
         name = q["name"] + (f" [bold yellow]({q['stopped']}ed)[/]" if q.get("stopped") else "")
-        table.add_row(name, q["parent"] or "", f"{q['guarantee']['gpu']:g}", f"{q['deserved']['gpu']:g}", f"{q['usage_gpu']:g}", f"{q['borrowed_gpu']:g}")
+        table.add_row(name, q["parent"] or "", f"{q['guarantee']['gpu']:g}", f"{q['deserved']['gpu']:g}", f"{q['usage_gpu']:g}", f"{q['borrowed_gpu']:g}",
+                      f"{mine.get('gpu_hours', 0):g}", f"{mine.get('cost_usd', 0):.2f}")
     con.print(table)
     tidal = doc.get("tidal") or {}
     if tidal.get("active") or tidal.get("next_transition"):

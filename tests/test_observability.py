@@ -101,3 +101,23 @@ def test_the_alert_rules_pass_promtool_check_and_their_unit_tests():
     for args in (["check", "rules", "alerts.yaml"], ["test", "rules", "alerts_test.yaml"]):
         r = subprocess.run([PROMTOOL, *args], cwd=rules, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_showback_counts_each_queues_gpu_seconds_in_metrics_and_status(tmp_path):
+    """Per-queue GPU-hours, as `fedctl simulate` reports them: a 16-GPU gang for half an hour is
+    8 GPU-hours to its queue (in /metrics as seconds), nothing to the other."""
+    clock = [1_800_000_000.0]
+    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": FakeSite()}, clock=lambda: clock[0])
+    c.submit({"entrypoint": "x", "submission_id": "big", "metadata": {"queue": "online", "gpus_per_task": "8", "tasks": "2"}})
+    c.tick()
+    clock[0] += 1800
+    c.tick()
+
+    async def go():
+        async with TestClient(TestServer(make_app(c, None))) as client:
+            return await (await client.get("/metrics")).text()
+
+    got = samples(asyncio.run(go()))
+    assert {s.labels["queue"]: s.value for s in got["federation_queue_gpu_seconds_total"]} == {"research": 0.0, "online": 16 * 1800.0}
+    assert {s.labels["queue"]: s.value for s in got["federation_queue_cloud_cost_usd_total"]} == {"research": 0.0, "online": 0.0}
+    assert c.status()["showback"]["queues"]["online"] == {"gpu_hours": 8.0, "cloud_gpu_hours": 0.0, "cost_usd": 0.0}

@@ -265,7 +265,13 @@ def simulated(config: str, jobs: list[dict], tmp_path) -> list[tuple]:
             out.append((e["t"], "scale_up", e["site"], e["node_group"], e["count"], tuple(e["jobs"])))
         elif e["type"] == "node_down":
             out.append((e["t"], "node_down", e["node"]))
-    return sorted(out, key=lambda e: (e[0], e[1], e[2]))
+    return sorted(out, key=lambda e: (e[0], e[1], e[2])) + [showback(result.ledger.per_queue(result.end_s, [q.name for q in fed.queues]))]
+
+
+def showback(books: dict) -> tuple:
+    """GPU-hours per queue, on any node and on cloud nodes. (Cloud cost is not compared: the
+    simulator pays a node from its request, the live controller from when it is listed.)"""
+    return (float("inf"), "showback", tuple(sorted((q, b["gpu_hours"], b["cloud_gpu_hours"]) for q, b in books.items())))
 
 
 def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon_s: float | None = None) -> list[tuple]:
@@ -313,7 +319,7 @@ def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon
         if all(r.status == "SUCCEEDED" for r in ctl.store.jobs()) and len(seen) == len(jobs) and not ctl.cloud_nodes:
             break
     out += [(when - t0, "node_down", name) for c in clouds.values() for when, name in c.releases]
-    return sorted(out, key=lambda e: (e[0], e[1], e[2]))
+    return sorted(out, key=lambda e: (e[0], e[1], e[2])) + [showback(ctl.status()["showback"]["queues"])]
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -363,5 +369,5 @@ def test_a_shell_that_decides_on_its_own_is_caught(tmp_path):
     config += PRIORITIES
     sim = simulated(config, jobs, tmp_path)
     (tmp_path / "broken").mkdir()
-    broken = live(config, jobs, tmp_path / "broken", Broken, horizon_s=sim[-1][0] + 1)
+    broken = live(config, jobs, tmp_path / "broken", Broken, horizon_s=sim[-2][0] + 1)  # the last decision (the showback comes after)
     assert broken != sim and [e for e in sim if e not in broken]  # decisions it missed, not only extra ones

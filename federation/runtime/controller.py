@@ -33,6 +33,7 @@ from federation.runtime.packages import PROTOCOL, referenced
 from federation.runtime.pinning import allocation_for
 from federation.runtime.sites import TERMINAL, RaySite, SiteRejected, SiteUnavailable
 from federation.runtime.submission import read_submission
+from federation.showback import Ledger, holdings
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
 from policies import burst as burst_policy
 from policies.tidal import (
@@ -87,6 +88,8 @@ class Controller:
         self.mig = mig if mig is not None else {
             s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
         self.prewarm_gpus = 0.0  # what the forecast last wanted up in the clouds
+        self.showback = Ledger()  # GPU-hours and cloud cost per queue since this controller started (as the simulator reports them)
+        self.showback_since = clock()
         self.forecast_error: dict[str, float] | None = None  # the journal's last day, predicted without it
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.fresh: set[str] = set()  # sites listed successfully this cycle
@@ -216,6 +219,7 @@ class Controller:
         self._scale(now, d)
         # what runs now includes what this cycle just admitted: a slice it took must not be re-sliced away
         running += [RunningJob(by_id[a.job_id], a.site, a.placements, now) for a in d.plan.admissions]
+        self._book(now, running)
         for site, m in self.mig.items():  # every cycle: it also follows the reconfigurations under way
             m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], d.capacity_waiting,
                    d.mig_forecast.get(site) if d.mig_forecast is not None else None)
@@ -289,6 +293,19 @@ class Controller:
         self.store.stop_queue(queue, policy, self.clock())
         self.log(f"queue {queue}: {policy or 'resume'}d by an operator")
         return {"queue": queue, "stopped": policy}
+
+    def _book(self, now: float, running: list[RunningJob]) -> None:
+        """Showback: the books brought to this cycle's nodes and allocations."""
+        nodes = {}
+        for n in self.nodes:
+            cloud = n.site in self.providers
+            price, trigger = 0.0, None
+            if cloud:
+                price = self.fed.site(n.site).node_group(n.node_group).price_usd_per_hour
+                first = next(iter(self.request_jobs.get(self.made_by.get(n.name, ""), ())), None)
+                trigger = self.specs[first].queue if first in self.specs else None
+            nodes[n.name] = (n.site, n.gpus, cloud, price, trigger)
+        self.showback.sync(now, nodes, holdings(running))
 
     def _bought_for(self) -> dict[str, tuple[str, ...]]:
         """Each cloud node's jobs, as its request's journal entry names them (so a restart keeps them)."""
@@ -540,4 +557,6 @@ class Controller:
                                     for f in self.in_flight.values()],
                       "month_spend_usd": round(self.ledger.spend(self._month(self.clock())), 2),
                       "budget_usd_per_month": self.fed.policies.burst.budget_usd_per_month},
+            # per queue since this controller started, as `fedctl simulate` reports them (idle cloud time to the queue that asked)
+            "showback": {"since_s": self.showback_since, "queues": self.showback.per_queue(self.clock(), [q.name for q in self.fed.queues])},
         }

@@ -25,7 +25,7 @@ from federation.mig.manager import MigManager, with_layout
 from federation.model import Federation, JobSpec, Node, RunningJob
 from federation.quota import QuotaTree, reserve_of
 from federation.scheduler import CycleState, node_capacity
-from federation.simulation.ledger import Ledger
+from federation.showback import Ledger, held_milli
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
 from policies.placement import make_strategy
@@ -336,7 +336,7 @@ class Simulator:
         self.state.cluster.apply(run.spec, run.placements, -1)
         self.state.quota.add(run.spec.queue, run.usage, -1)
         for p in run.placements:
-            self.ledger.change(t, p.node, run.spec.queue, _gpu_milli(run.spec, p), run.spec.per_task.cpu_milli, -1)
+            self.ledger.change(t, p.node, run.spec.queue, held_milli(run.spec, p), run.spec.per_task.cpu_milli, -1)
             jobs = self.node_jobs.get(p.node)
             if jobs is not None:
                 jobs.discard(job_id)
@@ -370,7 +370,7 @@ class Simulator:
         self.running[a.job_id] = run
         rec.first_start_s = t if rec.first_start_s is None else rec.first_start_s
         for p in a.placements:
-            self.ledger.change(t, p.node, spec.queue, _gpu_milli(spec, p), spec.per_task.cpu_milli, 1)
+            self.ledger.change(t, p.node, spec.queue, held_milli(spec, p), spec.per_task.cpu_milli, 1)
             self.node_jobs[p.node].add(a.job_id)
         self.emit(t, "admit", job=a.job_id, site=a.site, placements=[p.to_dict() for p in a.placements])
         self.emit(t, "start", job=a.job_id)
@@ -502,9 +502,3 @@ class Simulator:
             "spend_usd": self.ledger.total_cost,
         }
 
-
-def _gpu_milli(spec: JobSpec, p) -> int:
-    """Milli-GPU one task placement holds: its share, its MIG instance's, or its whole GPUs."""
-    if p.gpu_milli is not None:
-        return p.gpu_milli
-    return spec.per_task.gpu_milli if p.mig else 1000 * len(p.gpus)

@@ -32,14 +32,9 @@ def build_report(res: SimResult, invariants: dict, wall_s: float) -> dict:
         preempted[rec.spec.queue] += rec.preemptions
     led = res.ledger
     per_queue = {}
+    books = led.per_queue(res.end_s, res.queues)
     for q in res.queues:
-        per_queue[q] = {
-            "wait_s": percentiles(waits.get(q, [])),
-            "gpu_hours": round(led.gpu_s.get(q, 0.0) / 3600, 3),
-            "cloud_gpu_hours": round(led.cloud_gpu_s.get(q, 0.0) / 3600, 3),
-            "cost_usd": round(led.cost.get(q, 0.0), 2),
-            "preempted": preempted.get(q, 0),
-        }
+        per_queue[q] = {"wait_s": percentiles(waits.get(q, [])), **books[q], "preempted": preempted.get(q, 0)}
     util = {s: round(led.site_alloc_gpu_s.get(s, 0.0) / a, 4) for s, a in led.site_avail_gpu_s.items() if a}
     total_avail = sum(led.site_avail_gpu_s.values())
     util["overall"] = round(sum(led.site_alloc_gpu_s.values()) / total_avail, 4) if total_avail else 0.0
