@@ -16,11 +16,10 @@ import threading
 import time
 
 import psutil
-import requests
 
 from federation.model import NodeGroup
 from federation.runtime.localray import LocalCluster, ray_cli, ray_worker_args
-from federation.runtime.pinning import node_resource
+from federation.runtime.pinning import joined_nodes, node_resource
 from providers.base import ProvidedNode, Provider, ProviderError
 
 
@@ -67,16 +66,11 @@ class LocalProvider(Provider):
                     _end_group(proc.pid)
                     return
             deadline = time.monotonic() + self.START_WAIT_S
-            while proc.poll() is None and time.monotonic() < deadline and node_resource(name) not in (self._alive() or ()):
+            while proc.poll() is None and time.monotonic() < deadline and name not in (self._alive() or ()):
                 time.sleep(0.5)
 
     def _alive(self) -> set[str] | None:
-        """The naming resources of the cluster's live nodes; None when the cluster cannot be asked."""
-        try:
-            data = requests.get(f"{self.dashboard}/api/v0/nodes", params={"limit": 10000}, headers=self.cluster.headers(), timeout=10).json()
-            return {res for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE" for res in (n.get("resources_total") or {})}
-        except (requests.RequestException, ValueError, KeyError, TypeError):
-            return None
+        return joined_nodes(self.dashboard, self.cluster.headers())
 
     def list_nodes(self) -> list[ProvidedNode] | None:
         alive = self._alive()
@@ -85,7 +79,7 @@ class LocalProvider(Provider):
             return None
         with self._lock:
             return [ProvidedNode(name, self.site, g, rid) for name, (g, rid, p) in self.procs.items()
-                    if p is not None and p.poll() is None and node_resource(name) in alive]
+                    if p is not None and p.poll() is None and name in alive]
 
     def release(self, names: list[str]) -> None:
         for name in names:

@@ -58,18 +58,26 @@ def cloud(moto_server, tmp_path, request):
     clock = [1_800_000_000.0]
     made = []
 
+    class SiteRay(RaySite):
+        """The sites' Ray clusters are not reachable here: every machine the cloud runs has joined
+        its site's cluster, but those a test names in `controller.not_joined`."""
+
+        def joined(self):
+            return {i["InstanceId"] for i in instances()} - controller.not_joined
+
     def controller():
         ledger = RequestLedger(tmp_path / "state.db")
         site = fed.site("aws")
         prov = Ec2Provider(fed.name, "aws", site.provider, {g.name: g for g in site.node_groups}, ledger=ledger)
         made.append(prov)
-        sites = {s.name: RaySite(s.name, s.ray_address) for s in fed.sites}
+        sites = {s.name: SiteRay(s.name, s.ray_address) for s in fed.sites}
         return Controller(fed, Store(tmp_path / "state.db"), sites, clock=lambda: clock[0], providers={"aws": prov}, ledger=ledger), prov
 
     def instances():
         filters = [{"Name": "tag:federation", "Values": [fed.name]}, {"Name": "instance-state-name", "Values": ["pending", "running"]}]
         return [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
 
+    controller.not_joined = set()
     yield controller, clock, proxy, instances
     for p in made:
         p.close()
@@ -100,6 +108,23 @@ def test_a_gang_that_waits_past_pending_wait_bursts_and_is_admitted_on_the_new_n
     assert ctl.ledger.get(req.id).state == "DELIVERED"
     # two p4d nodes at 30 USD/h for the 300 s since the meter last ran
     assert ctl.ledger.spend("2027-01") == pytest.approx(2 * 30 * 300 / 3600)
+
+
+def test_a_machine_that_runs_is_ready_once_it_has_joined_its_sites_ray_cluster(cloud):
+    """A cloud node is ready when its site's Ray cluster lists it (with its federation-node
+    resource), not when the VM runs: until then the gang waits for its burst, and the request is
+    still in flight (the provisioning timeout covers the join)."""
+    controller, clock, _, instances = cloud
+    ctl, prov = requested_on_cloud(controller, clock)
+    controller.not_joined = {i["InstanceId"] for i in instances()}
+    clock[0] += 300
+    ctl.tick()
+    assert len(instances()) == 2 and ctl.cloud_nodes == () and list(ctl.in_flight)
+    assert ctl.store.get("big").reason == "WaitingForBurst"
+    controller.not_joined = set()
+    clock[0] += 1
+    ctl.tick()
+    assert ctl.store.get("big").site == "aws" and len(ctl.cloud_nodes) == 2 and not ctl.in_flight
 
 
 def test_a_restart_mid_scale_up_resumes_the_request_without_a_second_launch(cloud, tmp_path):

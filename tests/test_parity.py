@@ -168,13 +168,16 @@ class TimedSite(RaySite):
     """A site that runs each dispatched job for its trace duration (stretched, as the simulator
     does, when an elastic gang started with fewer tasks), on the test's clock."""
 
-    def __init__(self, clock, jobs, name="idc"):
+    def __init__(self, clock, jobs, name="idc", cloud=None):
         super().__init__(name, "http://127.0.0.1:9")
-        self.clock, self.trace = clock, jobs
+        self.clock, self.trace, self.cloud = clock, jobs, cloud
         self.runs: dict[str, tuple[float, str]] = {}  # dispatch id -> (ends at, state)
 
     def has_package(self, name):
         return True
+
+    def joined(self):  # a cloud node joins its site's cluster as soon as its machine is up
+        return {n.name for n in self.cloud.list_nodes()} if self.cloud is not None else set()
 
     def submit(self, dispatch_id, entrypoint, runtime_env, allocation, metadata=None):
         job = self.trace[allocation["job"]]
@@ -279,9 +282,9 @@ def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon
     t0 = START.replace(tzinfo=ZoneInfo(fed.timezone)).timestamp()
     clock = [t0]
     trace = {j["id"]: j for j in jobs}
-    sites = {s.name: TimedSite(clock, trace, s.name) for s in fed.sites}
     numbers = itertools.count(1)
     clouds = {s.name: TimedCloud(fed, s.name, clock, numbers) for s in fed.sites if s.is_cloud}
+    sites = {s.name: TimedSite(clock, trace, s.name, clouds.get(s.name)) for s in fed.sites}
     store = Store(tmp_path / "live.db")
     slicers = {s.name: LiveMig(fed, s.name, store, TimedSlicer(clock, fed.policies.mig.reconfigure_s)) for s in fed.sites
                if any(g.mig_enabled for g in s.node_groups)}

@@ -92,6 +92,7 @@ class Controller:
         self.showback_since = clock()
         self.forecast_error: dict[str, float] | None = None  # the journal's last day, predicted without it
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
+        self.joined: dict[str, set[str]] = {}  # cloud site -> the nodes its Ray cluster last said had joined
         self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
 
@@ -256,6 +257,14 @@ class Controller:
                 made_by[pn.name] = pn.request_id
         return nodes, made_by
 
+    def _joined(self, site: str) -> set[str]:
+        """The nodes that have joined `site`'s Ray cluster; its last answer while it cannot be asked."""
+        ray_site = self.sites.get(site)
+        found = ray_site.joined() if ray_site is not None else None
+        if found is not None:
+            self.joined[site] = found
+        return self.joined.get(site, set())
+
     def _refresh_fixed(self) -> None:
         """A fixed fleet behind an API (Kubernetes) is what it lists now: nodes down or cordoned drop out."""
         if not self.inventories:
@@ -267,9 +276,13 @@ class Controller:
         self.fixed_nodes = self.config_nodes + tuple(listed)
 
     def _refresh_cloud(self, now: float) -> None:
-        """Cloud nodes are what the providers list; requests that delivered, or failed, end (the
-        cycle decides what a failure blocks, and when a slow request is given up)."""
-        nodes, self.made_by = self._listed(self.providers)
+        """Cloud nodes are what the providers list and what has joined the site's Ray cluster (a
+        machine that runs but has not joined cannot take work); requests that delivered, or
+        failed, end (the cycle decides what a failure blocks, and when a slow request is given up)."""
+        listed, made_by = self._listed(self.providers)
+        joined = {site: self._joined(site) for site in self.providers}
+        nodes = [n for n in listed if n.name in joined[n.site]]
+        self.made_by = {n.name: made_by[n.name] for n in nodes}
         seen = Counter(self.made_by.values())
         for site, prov in self.providers.items():
             for err in prov.errors():

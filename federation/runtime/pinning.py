@@ -33,6 +33,20 @@ def node_resource(node: str) -> str:
     return f"federation-node/{node}"
 
 
+def joined_nodes(dashboard: str, headers: dict) -> set[str] | None:
+    """The federation nodes alive in the Ray cluster at `dashboard` (those whose naming resource a
+    live Ray node carries); None when the cluster cannot be asked now."""
+    import requests
+
+    prefix = node_resource("")
+    try:
+        data = requests.get(f"{dashboard}/api/v0/nodes", params={"limit": 10000}, headers=headers, timeout=10).json()
+        return {res[len(prefix):] for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE"
+                for res in (n.get("resources_total") or {}) if res.startswith(prefix)}
+    except (requests.RequestException, ValueError, KeyError, TypeError):
+        return None
+
+
 def allocation_for(job_id: str, site: str, placements: list[dict], spec: JobSpec, gpu_models: dict[str, str] | None = None) -> dict:
     """What the controller hands a job: where its tasks go and what each one holds. A MIG task's
     placement also names its node's GPU model (`gpu_models`: node -> model), for `mig_device()`."""

@@ -14,7 +14,7 @@ import requests
 from federation.errors import FederationError
 from federation.runtime.localray import ray_headers
 from federation.runtime.packages import PROTOCOL
-from federation.runtime.pinning import entrypoint_options, node_resource
+from federation.runtime.pinning import entrypoint_options, joined_nodes, node_resource
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -85,6 +85,10 @@ class RaySite:
             raise SiteUnavailable(f"site {self.name}: cannot hand it package {name}: {e}") from None
         if r.status_code != 200:
             raise SiteUnavailable(f"site {self.name}: package {name} upload failed ({r.status_code}): {r.text[-300:]}")
+
+    def joined(self) -> set[str] | None:
+        """The federation nodes that have joined this site's Ray cluster (None: it cannot be asked now)."""
+        return joined_nodes(self.address, ray_headers())
 
     def status(self, dispatch_id: str) -> str | None:
         try:
