@@ -70,6 +70,11 @@ def test_the_version_answers_anyone_as_the_stock_cli_asks_it_first(api):
     assert api("GET", "/api/version")[0] == 200
 
 
+def test_the_status_page_answers_anyone_and_holds_no_data(api):
+    status, text = api("GET", "/")
+    assert status == 200 and "api/federation/status" in text and "t1" not in text and "research" not in text
+
+
 @pytest.mark.parametrize("method,path", READS + WRITES)
 def test_another_queues_token_gets_403_on_a_job(api, method, path):
     status, text = api(method, path, "tok-batch")

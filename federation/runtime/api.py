@@ -13,6 +13,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future
+from pathlib import Path
 
 from aiohttp import WSMsgType, web
 from prometheus_client import CollectorRegistry, generate_latest
@@ -64,6 +65,14 @@ def make_app(ctl: Controller, tokens: dict[str, Grant] | None = None) -> web.App
 
     def run(fn, *args):
         return asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    page = (Path(__file__).resolve().parent.parent / "data" / "status.html").read_bytes()
+
+    @routes.get("/")
+    async def status_page(_: web.Request) -> web.Response:
+        """A page for people: the status document, drawn and refreshed in the browser (which
+        asks for a token where the federation has them; the page itself holds no data)."""
+        return web.Response(body=page, content_type="text/html", charset="utf-8")
 
     @routes.get("/api/version")
     async def version(_: web.Request) -> web.Response:
