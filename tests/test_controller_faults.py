@@ -290,3 +290,27 @@ def test_a_journal_from_before_retries_is_brought_up_to_date_and_its_jobs_read(t
     row = Store(path).get("j")
     assert (row.status, row.submitted_s, row.retries, row.not_before_s) == ("PENDING", 5.0, None, None)
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_fedctl_status_watch_redraws_until_stopped(tmp_path):
+    """Piped, `--watch` prints each state once with its time; it runs until it is stopped."""
+    import subprocess
+    import sys
+
+    from federation.runtime.api import Serving
+    from tests.test_live import free_port
+
+    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": FakeSite()})
+    submit(c, "seen")
+    serving = Serving(c, "127.0.0.1", free_port(), cycle_s=0.1)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "federation.cli", "status", "--address", serving.url, "--watch", "0.5"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, _ = proc.communicate(timeout=6)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            out, _ = proc.communicate(timeout=30)
+    finally:
+        serving.close()
+    assert out.count("--- ") >= 2 and out.count("queues of faults") >= 2 and "seen" in out
