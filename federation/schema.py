@@ -114,6 +114,9 @@ class SimulatedProvider(Strict):
     kind: Literal["simulated"]
     failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.0  # of a node request failing for lack of capacity
     group_failure_rates: dict[Name, Annotated[float, Field(ge=0, le=1)]] = {}  # per node group (spot scarcer than on-demand), over failure_rate
+    # per node group: each node is interrupted this long after it came up (a replay's known spot
+    # reclaims, deterministic; spot_interruptions_per_hour draws them at random instead)
+    group_lifetimes_s: dict[Name, Annotated[float, Field(gt=0, le=1e9)]] = {}
 
     def rate_for(self, group: str) -> float:
         return self.group_failure_rates.get(group, self.failure_rate)

@@ -124,9 +124,10 @@ def _check_sites(spec: schema.FederationSpec) -> list[Issue]:
             issues.append(((*at, "provider", "kind"), f"a {site.kind} site takes a provider of kind {sorted(_PROVIDERS[site.kind])}"))
         issues += _dup_names(site.node_groups, (*at, "node_groups"))
         names = {g.name for g in site.node_groups}
-        for group in getattr(site.provider, "group_failure_rates", {}):
-            if group not in names:
-                issues.append(((*at, "provider", "group_failure_rates", group), f"no node group {group!r} in site {site.name!r}"))
+        for field in ("group_failure_rates", "group_lifetimes_s"):
+            for group in getattr(site.provider, field, {}):
+                if group not in names:
+                    issues.append(((*at, "provider", field, group), f"no node group {group!r} in site {site.name!r}"))
         for gi, g in enumerate(site.node_groups):
             gat = (*at, "node_groups", gi)
             if g.gpus_per_node > 0 and g.gpu_model is None:

@@ -138,12 +138,25 @@ def test_a_child_queue_takes_sites_and_burst_from_its_nearest_ancestor_unless_it
     ("{od: .nan}", "sites.0.provider.group_failure_rates.od", ""),
 ])
 def test_a_simulated_clouds_failure_rate_per_group_names_a_group_and_is_a_probability(rates, path, words):
+    check_simulated_provider(f"group_failure_rates: {rates}", path, words)
+
+
+@pytest.mark.parametrize("lifetimes,path,words", [
+    ("{nope: 60}", "sites.0.provider.group_lifetimes_s.nope", "no node group 'nope'"),
+    ("{od: 0}", "sites.0.provider.group_lifetimes_s.od", "greater than 0"),
+    ("{od: .inf}", "sites.0.provider.group_lifetimes_s.od", ""),
+])
+def test_a_simulated_clouds_node_lifetimes_name_a_group_and_are_positive(lifetimes, path, words):
+    check_simulated_provider(f"group_lifetimes_s: {lifetimes}", path, words)
+
+
+def check_simulated_provider(setting: str, path: str, words: str) -> None:
     text = f"""
 federation: {{name: t, timezone: UTC}}
 sites:
   - name: cloud
     kind: simulated
-    provider: {{kind: simulated, group_failure_rates: {rates}}}
+    provider: {{kind: simulated, {setting}}}
     node_groups:
       - {{name: od, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, max_nodes: 2}}
 queues: [{{name: q}}]

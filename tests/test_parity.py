@@ -155,6 +155,31 @@ policies:
     {"id": "a-2", "submit_s": 10, "queue": "a", "tasks": 4, "gpus_per_task": 8, "duration_s": 100},
     {"id": "b-1", "submit_s": 500, "queue": "b", "tasks": 4, "gpus_per_task": 8, "duration_s": 100},
 ])
+# Spot nodes that live 400 s (a replay's known reclaims): job b starts on the node job a left
+# idle, loses it to the interruption, is queued again whole and bursts anew.
+SCENARIOS["spot"] = ("""
+federation: {name: parity, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 1}
+  - name: cloud
+    kind: simulated
+    provider: {kind: simulated, group_lifetimes_s: {spot: 400}}
+    node_groups:
+      - {name: spot, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, min_nodes: 0, max_nodes: 2,
+         spot: true, price_usd_per_hour: 10, boot_s: 30}
+queues:
+  - {name: train, deserved: {gpu: 8}, burst: true}
+policies:
+  burst: {enabled: true, pending_wait_s: 20, budget_usd_per_hour: 100, scale_in_idle_s: 300, provisioning_timeout_s: 600}
+""", [
+    {"id": "fill", "submit_s": 0, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 2000},
+    {"id": "a", "submit_s": 10, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 200},
+    {"id": "b", "submit_s": 300, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 200},
+])
 FAIL_AFTER_S = 30  # the simulator's: a failed request reports back after this long
 
 PRIORITIES = """
@@ -215,9 +240,21 @@ class TimedCloud(Provider):
         return self.fed.site(self.site).provider.rate_for(group.name) >= 1.0
 
     def list_nodes(self):
-        return [ProvidedNode(name, self.site, g.name, rid) for rid, (g, count, at, n) in self.requests.items()
-                if not self._fails(g) and self.clock[0] >= at + g.boot_s
-                for name in (f"{self.site}/{g.name}-r{n}-{i}" for i in range(count)) if name not in self.released]
+        lifetime = self.fed.site(self.site).provider.group_lifetimes_s
+        out = []
+        for rid, (g, count, at, n) in self.requests.items():
+            up = at + g.boot_s
+            if self._fails(g) or self.clock[0] < up:
+                continue
+            for name in (f"{self.site}/{g.name}-r{n}-{i}" for i in range(count)):
+                if name in self.released:
+                    continue
+                if g.name in lifetime and self.clock[0] >= up + lifetime[g.name]:  # interrupted: gone for good
+                    self.released.add(name)
+                    self.releases.append((up + lifetime[g.name], name))
+                    continue
+                out.append(ProvidedNode(name, self.site, g.name, rid))
+        return out
 
     def errors(self):
         out = []
@@ -348,6 +385,8 @@ def test_the_scenarios_exercise_what_they_are_named_for(tmp_path):
     asked = [e[3] for e in burst if e[1] == "scale_up"]
     assert asked[:2] == ["spot", "ondemand"]  # the spot request failed; the next cycle asked its fallback
     assert any(e[1] == "admit" and e[2] == "gang" and e[3] == "cloud" for e in burst) and any(e[1] == "node_down" for e in burst)
+    spot = simulated(SCENARIOS["spot"][0] + PRIORITIES, SCENARIOS["spot"][1], tmp_path)
+    assert [e[2] for e in spot if e[1] == "requeue"] == ["b"] and sum(1 for e in spot if e[1] == "scale_up") == 2
     mig = simulated(SCENARIOS["mig"][0] + PRIORITIES, SCENARIOS["mig"][1], tmp_path)
     assert {json.loads(p)["mig"]["profile"] for e in mig if e[1] == "admit" for p in e[4] if "mig" in json.loads(p)} == {"1g.10gb", "3g.40gb"}
 

@@ -232,7 +232,10 @@ class Simulator:
         self.state.cluster.add_node(node)
         self.state.quota.capacity = node_capacity(self.nodes.values())
         self._finish_request_part(req_id)
-        if g.spot and g.spot_interruptions_per_hour > 0:
+        lifetime = getattr(self.fed.site(f.site).provider, "group_lifetimes_s", {}).get(g.name)
+        if lifetime is not None:
+            self.push(t + lifetime, "interrupt", name)
+        elif g.spot and g.spot_interruptions_per_hour > 0:
             self.push(t + self.rng.expovariate(g.spot_interruptions_per_hour / 3600), "interrupt", name)
 
     def _finish_request_part(self, req_id: str) -> None:
