@@ -306,9 +306,9 @@ class _Cycle:
                 self.no_fit.add(shape)  # free capacity only shrinks during a cycle: the shape will not fit again
         if held_by is not None:
             # it would fit but for another queue's guarantee: waiting (or cloud) is the way, not preemption
-            self.pending[job.id] = PendingReason(
+            self.pending[job.id] = self._burst_or(job, need, PendingReason(
                 "ReservedForQueue", f"the free GPUs of {', '.join(sorted(held_by.sites or ['every site']))} are held for queue {held_by.queue!r}'s guarantee "
-                f"({self.holds.held(held_by) / 1000:g} GPUs)", need)
+                f"({self.holds.held(held_by) / 1000:g} GPUs)", need))
             self._request_capacity(job)
             return
         pkey = (job.queue, job.priority, shape)
@@ -320,9 +320,7 @@ class _Cycle:
             reason = self._capacity_reason(job, sites, need)
             if may and job.id not in self.reservations:  # what failed for this job fails for its like
                 self.failed[pkey] = reason
-        if job.id in self.snap.burst_in_flight:
-            reason = PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
-        self.pending[job.id] = reason
+        self.pending[job.id] = self._burst_or(job, need, reason)
         self._request_capacity(job)
 
     def _admit(self, job: JobSpec, site: str, placed: list[TaskPlacement], borrowing: bool):
@@ -434,6 +432,12 @@ class _Cycle:
                 self.cluster.apply(v.spec, v.placements)
 
     # 5. reserve and 6. explain --------------------------------------------------------------
+
+    def _burst_or(self, job: JobSpec, need: Resources, reason: PendingReason) -> PendingReason:
+        """What a job waits for: the cloud nodes on their way for it, if any, else `reason`."""
+        if job.id in self.snap.burst_in_flight:
+            return PendingReason("WaitingForBurst", "cloud capacity is being provisioned for this job", need)
+        return reason
 
     def _may_preempt(self, job: JobSpec) -> bool:
         """A job whose cloud nodes are being bought, or are up and held for it, waits for them:

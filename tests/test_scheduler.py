@@ -310,3 +310,14 @@ def test_a_paused_queue_admits_nothing_and_a_drained_one_also_stops_what_runs():
     # drained: its running jobs are stopped and requeued too, non-preemptible ones included (an operator asked)
     plan = schedule(snapshot(f, pending=pending, running=running, stopped={"batch": "drain"}), 0.0)
     assert [a.job_id for a in plan.admissions] == ["t"] and [(p.job_id, p.reason) for p in plan.preemptions] == [("r2", "QueueDrained")]
+
+
+def test_a_job_whose_cloud_nodes_are_on_the_way_says_so_though_other_capacity_is_held_for_a_guarantee():
+    # big runs on A100s only: the IDC's, whose free GPUs are held for online's guarantee
+    idc, cloud = site("idc", count=1), site("cloud", count=1, model="H100-80GB")
+    f = fed([q("online", guarantee=8, deserved=8, sites=["idc"]), q("train", deserved=8)], [idc, cloud])
+    big = job("big", "train", gpus=8, models=("A100-80GB",))
+    plan = schedule(snapshot(f, pending=[big]), 0.0)
+    assert plan.pending["big"].code == "ReservedForQueue"
+    plan = schedule(snapshot(f, pending=[big], burst_in_flight=frozenset({"big"})), 0.0)
+    assert plan.pending["big"].code == "WaitingForBurst"  # its own nodes are on their way: that is what it waits for
