@@ -8,6 +8,7 @@ back as data: a site that cannot be reached leaves its jobs as they are until th
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 import uuid
@@ -89,6 +90,7 @@ class Controller:
             s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
         self.prewarm_gpus = 0.0  # what the forecast last wanted up in the clouds
         self.showback = Ledger()  # GPU-hours and cloud cost per queue since this controller started (as the simulator reports them)
+        self.showback_lock = threading.Lock()  # the cycle books in its thread; the API reads (and accounts up to now) in another
         self.showback_since = clock()
         self.forecast_error: dict[str, float] | None = None  # the journal's last day, predicted without it
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
@@ -318,11 +320,18 @@ class Controller:
                 first = next(iter(self.request_jobs.get(self.made_by.get(n.name, ""), ())), None)
                 trigger = self.specs[first].queue if first in self.specs else None
             nodes[n.name] = (n.site, n.gpus, cloud, price, trigger)
-        self.showback.sync(now, nodes, holdings(running))
+        with self.showback_lock:
+            self.showback.sync(now, nodes, holdings(running))
+
+    def _showback(self) -> dict[str, dict[str, float]]:
+        with self.showback_lock:
+            return self.showback.per_queue(self.clock(), [q.name for q in self.fed.queues])
 
     def _bought_for(self) -> dict[str, tuple[str, ...]]:
         """Each cloud node's jobs, as its request's journal entry names them (so a restart keeps them)."""
-        for rid in set(self.made_by.values()) - self.request_jobs.keys():
+        live = set(self.made_by.values())
+        self.request_jobs = {rid: jobs for rid, jobs in self.request_jobs.items() if rid in live}
+        for rid in live - self.request_jobs.keys():
             r = self.ledger.get(rid)
             self.request_jobs[rid] = tuple(r.jobs or ()) if r is not None else ()
         return {name: self.request_jobs[rid] for name, rid in self.made_by.items()}
@@ -571,5 +580,5 @@ class Controller:
                       "month_spend_usd": round(self.ledger.spend(self._month(self.clock())), 2),
                       "budget_usd_per_month": self.fed.policies.burst.budget_usd_per_month},
             # per queue since this controller started, as `fedctl simulate` reports them (idle cloud time to the queue that asked)
-            "showback": {"since_s": self.showback_since, "queues": self.showback.per_queue(self.clock(), [q.name for q in self.fed.queues])},
+            "showback": {"since_s": self.showback_since, "queues": self._showback()},
         }

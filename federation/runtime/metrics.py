@@ -61,11 +61,12 @@ class FederationCollector:
         cloud_s = CounterMetricFamily("federation_queue_cloud_gpu_seconds", "Of those, GPU-seconds on cloud nodes", labels=["queue"])
         cost = CounterMetricFamily("federation_queue_cloud_cost_usd", "Cloud cost charged to each queue since the controller started "
                                    "(a node's cost split by GPU share; idle time to the queue that asked for it)", labels=["queue"])
-        books = ctl.showback
-        for q in fed.queues:
-            gpu_s.add_metric([q.name], books.gpu_s.get(q.name, 0.0))
-            cloud_s.add_metric([q.name], books.cloud_gpu_s.get(q.name, 0.0))
-            cost.add_metric([q.name], books.cost.get(q.name, 0.0))
+        with ctl.showback_lock:  # the cycle books in its own thread
+            books = ctl.showback
+            for q in fed.queues:
+                gpu_s.add_metric([q.name], books.gpu_s.get(q.name, 0.0))
+                cloud_s.add_metric([q.name], books.cloud_gpu_s.get(q.name, 0.0))
+                cost.add_metric([q.name], books.cost.get(q.name, 0.0))
         yield from (gpu_s, cloud_s, cost)
 
         pending = _gauge("federation_pending_jobs", "Pending jobs by pending reason", ["reason"])
