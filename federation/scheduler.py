@@ -164,7 +164,8 @@ class _Cycle:
         if self.claims:
             claimants = {j for jobs in self.claims.values() for j in jobs}
             for job in sorted((j for j in self.snap.pending if j.id in claimants), key=lambda j: (-j.priority, j.submit_s, j.id)):
-                if job.queue in self.quota.queues and self._stopped(job.queue) is None and self._start_on_claimed(job):
+                ready = job.queue in self.quota.queues and self._stopped(job.queue) is None and (job.not_before_s or 0.0) <= self.now
+                if ready and self._start_on_claimed(job):
                     started.add(job.id)
         for job in self._order(started):
             self._assign(job)
