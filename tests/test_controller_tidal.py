@@ -103,7 +103,7 @@ def test_fedctl_status_shows_how_well_the_forecast_predicted_the_last_day(tmp_pa
 def test_fedctl_status_never_cuts_a_job_id_on_a_narrow_terminal():
     from rich.console import Console
 
-    from federation.cli import pending_table
+    from federation.status_view import pending_table
 
     job = "raysubmit_" + "x" * 30  # as long as Ray's own ids, and more
     con = Console(width=80, record=True)
