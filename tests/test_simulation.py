@@ -73,7 +73,10 @@ def test_report_json_has_every_contract_figure(tmp_path, small):
     assert set(on_disk["invariants"]) == {"partial_gang_starts", "capability_violations", "guarantee_violations_s", "overcommitted_nodes", "mig_violations"}
     assert on_disk["wall_s"] > 0
     html = (tmp_path / "out" / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4
+    # utilization, use against deserved, waiting, why it waited, cloud, wait CDF; when the run began
+    assert html.count("data:image/png;base64,") == 6 and "2026-01-05 00:00 to" in html
+    # the summary as tables, each queue with the colour it has in every plot
+    assert "<th>pending reason</th>" in html and html.count('class="sw"') == len(on_disk["per_queue"]) and "{'" not in html
     assert report["jobs"]["submitted"] == len(GEN)
 
 

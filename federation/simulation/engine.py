@@ -22,7 +22,7 @@ from federation.cycle import DecisionCycle, Observation, ProvisionFailure
 from federation.holds import free_gpu_milli
 from federation.inventory import config_nodes, group_node
 from federation.mig.manager import MigManager, with_layout
-from federation.model import Federation, JobSpec, Node, RunningJob
+from federation.model import UNLIMITED, Federation, JobSpec, Node, RunningJob
 from federation.quota import QuotaTree, reserve_of
 from federation.scheduler import CycleState, node_capacity
 from federation.showback import Ledger, held_milli
@@ -78,6 +78,8 @@ class SimResult:
     openings: list[dict] = field(default_factory=list)  # per window opening that raised a reserve: how much was ready
     forecast: dict = field(default_factory=dict)  # per kind of demand, the profile's hourly error beside the last hour's
     wait_gpu_s: dict[str, float] = field(default_factory=dict)  # pending reason -> GPU-seconds of work that waited for it
+    start: datetime | None = None  # the wall-clock time of t = 0, in the federation's time zone
+    deserved_gpus: dict[str, float] = field(default_factory=dict)  # queue -> deserved GPUs (the config's; None: unlimited)
 
 
 class Simulator:
@@ -172,7 +174,8 @@ class Simulator:
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
                          tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons,
-                         mig if self.mig else {}, self.openings, scored, self.wait_gpu_s)
+                         mig if self.mig else {}, self.openings, scored, self.wait_gpu_s, self.start,
+                         {q.name: q.deserved.gpu for q in self.fed.queues if q.deserved.gpu_milli < UNLIMITED})
 
     # ---- event handlers ----
 
@@ -494,13 +497,23 @@ class Simulator:
         site_alloc: dict[str, int] = {}
         for r in self.running.values():
             site_alloc[r.site] = site_alloc.get(r.site, 0) + r.usage.gpu_milli
+        used: dict[str, float] = {}
+        for r in self.running.values():
+            used[r.spec.queue] = used.get(r.spec.queue, 0.0) + r.usage.gpu
         pend: dict[str, float] = {}
+        why: dict[str, float] = {}  # pending reason -> GPUs waiting for it
         for j in self.pending.values():
-            pend[j.queue] = pend.get(j.queue, 0.0) + j.request().gpu
+            gpus = j.request().gpu
+            pend[j.queue] = pend.get(j.queue, 0.0) + gpus
+            reason = self.jobs[j.id].last_reason or "New"
+            why[reason] = why.get(reason, 0.0) + gpus
         return {
             "t": t,
             "util": {s: site_alloc.get(s, 0) / g for s, g in site_gpus.items() if g},
             "pending_gpus": pend,
+            "used_gpus": used,
+            "pending_by_reason": why,
+            "windows": [p.name for p in active_policies(self.fed, self.local(t))],
             "cloud_nodes": len(self.cloud),
             "spend_usd": self.ledger.total_cost,
         }

@@ -101,53 +101,114 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _table(head: list[str], rows: list[list], colours: list[str | None] | None = None) -> str:
+    """An HTML table; a row may lead with a colour swatch (the queue's, as in every plot)."""
+    def cell(v) -> str:
+        return f"<td>{html.escape(str(v))}</td>"
+
+    out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for i, r in enumerate(rows):
+        swatch = f'<span class="sw" style="background:{colours[i]}"></span>' if colours and colours[i] else ""
+        out.append("<tr>" + f"<td>{swatch}{html.escape(str(r[0]))}</td>" + "".join(cell(v) for v in r[1:]) + "</tr>")
+    return "".join(out) + "</table>"
+
+
 def write_html(report: dict, res: SimResult, path: Path, title: str) -> None:
+    """The story of a run for people: every plot on a time-of-day axis with the tidal windows
+    shaded, one colour per queue in every plot and table, and the summary as tables."""
+    from datetime import datetime, timedelta
+
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
-    hours = [s["t"] / 3600 for s in res.samples]
+    start = res.start or datetime(2026, 1, 5)
+    times = [start + timedelta(seconds=s["t"]) for s in res.samples]
+    palette = plt.get_cmap("tab10" if len(res.queues) <= 10 else "tab20")
+    colour = {q: matplotlib.colors.to_hex(palette(i % palette.N)) for i, q in enumerate(res.queues)}
+
+    windows: dict[str, list[tuple]] = {}
+    for i, sample in enumerate(res.samples[:-1]):
+        for name in sample.get("windows", ()):
+            spans = windows.setdefault(name, [])
+            if spans and spans[-1][1] == times[i]:
+                spans[-1] = (spans[-1][0], times[i + 1])
+            else:
+                spans.append((times[i], times[i + 1]))
+    pastel = plt.get_cmap("Pastel1")
+    shade = {name: pastel(i % pastel.N) for i, name in enumerate(windows)}
+
+    def figure(title_: str, ylabel: str):
+        fig, ax = plt.subplots(figsize=(9, 3))
+        ax.set(title=title_, ylabel=ylabel)
+        locator = mdates.AutoDateLocator()
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        for name, spans in windows.items():  # each tidal window in its own shade, as the samples saw it open
+            for k, (a, b) in enumerate(spans):
+                ax.axvspan(a, b, color=shade[name], alpha=0.18, lw=0, label=None if k else f"window {name}")
+        return fig, ax
+
     plots = []
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, ax = figure("GPU utilization per site", "% of GPUs allocated")
     for site in res.sites:
-        ax.plot(hours, [s["util"].get(site, 0) * 100 for s in res.samples], label=site)
-    ax.set(title="GPU utilization per site", xlabel="hours", ylabel="% of GPUs allocated")
-    ax.legend(fontsize=7)
+        ax.plot(times, [s["util"].get(site, 0) * 100 for s in res.samples], label=site + (" (cloud)" if res.sites[site] else ""))
+    ax.legend(fontsize=7, loc="upper left")
     plots.append(_png(fig))
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, ax = figure("GPUs in use per queue (dashed: its deserved share)", "GPUs")
     for q in res.queues:
-        ax.plot(hours, [s["pending_gpus"].get(q, 0) for s in res.samples], label=q)
-    ax.set(title="Pending GPUs per queue", xlabel="hours", ylabel="GPUs")
-    ax.legend(fontsize=7)
+        ax.plot(times, [s.get("used_gpus", {}).get(q, 0) for s in res.samples], color=colour[q], label=q)
+        if q in res.deserved_gpus:
+            ax.axhline(res.deserved_gpus[q], color=colour[q], ls="--", lw=0.8)
+    ax.legend(fontsize=7, loc="upper left")
     plots.append(_png(fig))
-    fig, ax = plt.subplots(figsize=(8, 3))
-    ax.step(hours, [s["cloud_nodes"] for s in res.samples], where="post", label="cloud nodes")
-    ax.set(title="Cloud nodes and spend", xlabel="hours", ylabel="nodes")
+    fig, ax = figure("Waiting GPUs per queue", "GPUs")
+    for q in res.queues:
+        ax.plot(times, [s["pending_gpus"].get(q, 0) for s in res.samples], color=colour[q], label=q)
+    ax.legend(fontsize=7, loc="upper left")
+    plots.append(_png(fig))
+    reasons = sorted({r for s in res.samples for r in s.get("pending_by_reason", {})})
+    if reasons:
+        fig, ax = figure("Why GPUs waited: waiting GPUs by pending reason", "GPUs")
+        ax.stackplot(times, *[[s.get("pending_by_reason", {}).get(r, 0) for s in res.samples] for r in reasons], labels=reasons, alpha=0.8)
+        ax.legend(fontsize=7, loc="upper left")
+        plots.append(_png(fig))
+    fig, ax = figure("Cloud nodes and spend", "nodes")
+    nodes_line = ax.step(times, [s["cloud_nodes"] for s in res.samples], where="post", label="cloud nodes")
     ax2 = ax.twinx()
-    ax2.plot(hours, [s["spend_usd"] for s in res.samples], color="tab:red", label="spend (USD)")
+    spend_line = ax2.plot(times, [s["spend_usd"] for s in res.samples], color="tab:red", label="spend (USD, cumulative)")
     ax2.set_ylabel("USD, cumulative")
+    ax.legend(handles=[*nodes_line, *spend_line], fontsize=7, loc="upper left")
     plots.append(_png(fig))
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, ax = plt.subplots(figsize=(9, 3))
     for q in res.queues:
         w = sorted(r.first_start_s - r.spec.submit_s for r in res.jobs.values() if r.spec.queue == q and r.first_start_s is not None)
         if w:
-            ax.step(w, [(i + 1) / len(w) for i in range(len(w))], where="post", label=q)
+            ax.step(w, [(i + 1) / len(w) for i in range(len(w))], where="post", color=colour[q], label=q)
     ax.set(title="Wait-time CDF per queue", xlabel="wait (s)", ylabel="fraction of jobs")
     ax.set_xscale("symlog")
     ax.legend(fontsize=7)
     plots.append(_png(fig))
-    rows = "".join(
-        f"<tr><td>{html.escape(q)}</td><td>{v['wait_s']['p50']}</td><td>{v['wait_s']['p95']}</td><td>{v['wait_s']['p99']}</td>"
-        f"<td>{v['gpu_hours']}</td><td>{v['cloud_gpu_hours']}</td><td>{v['cost_usd']}</td><td>{v['preempted']}</td></tr>"
-        for q, v in report["per_queue"].items()
-    )
+
+    queues = list(report["per_queue"])
+    per_queue = _table(["queue", "wait p50 (s)", "p95", "p99", "GPU-hours", "cloud GPU-hours", "cost (USD)", "preempted"],
+                       [[q, v["wait_s"]["p50"], v["wait_s"]["p95"], v["wait_s"]["p99"], v["gpu_hours"], v["cloud_gpu_hours"], v["cost_usd"], v["preempted"]]
+                        for q, v in report["per_queue"].items()], [colour.get(q) for q in queues])
+    jobs = _table(["jobs", "count"], [[k.replace("_", " "), v] for k, v in report["jobs"].items()])
+    util = _table(["site", "GPU utilization"], [[k, f"{v:.1%}"] for k, v in report["gpu_utilization"].items()])
+    cloud = _table(["cloud", ""], [[k.replace("_", " "), v] for k, v in report["cloud"].items()])
+    waited = _table(["pending reason", "GPU-hours waited"], [[k, v] for k, v in report.get("waited_gpu_hours_by_reason", {}).items()])
+    inv = _table(["invariant", "violations"], [[k.replace("_", " "), v] for k, v in report["invariants"].items()])
     imgs = "".join(f'<img alt="plot" src="data:image/png;base64,{p}"><br>' for p in plots)
+    span = f"{start:%Y-%m-%d %H:%M} to {start + timedelta(seconds=res.end_s):%Y-%m-%d %H:%M} ({start.tzname() or 'local time'})"
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}</style></head>
-<body><h1>{html.escape(title)}</h1>
-<p>Jobs: {report['jobs']}. Overall wait: {report['wait_s']}. Utilization: {report['gpu_utilization']}.</p>
-<p>Cloud: {report['cloud']}. Invariants: {report['invariants']}.</p>
-<table><tr><th>queue</th><th>wait p50 (s)</th><th>p95</th><th>p99</th><th>GPU-hours</th><th>cloud GPU-hours</th><th>cost (USD)</th><th>preempted</th></tr>{rows}</table>
-{imgs}</body></html>"""
+<style>body{{font-family:system-ui,sans-serif;margin:2em;color:#1d2433}}table{{border-collapse:collapse;margin:0 1.5em 1em 0;display:inline-table;vertical-align:top}}
+td,th{{border:1px solid #d5d8e0;padding:3px 8px;text-align:left}}th{{background:#eef0f5}}.sw{{display:inline-block;width:.8em;height:.8em;margin-right:.4em;vertical-align:middle}}</style></head>
+<body><h1>{html.escape(title)}</h1><p>{html.escape(span)}; the overall wait was p50 {report['wait_s']['p50']} s, p95 {report['wait_s']['p95']} s.</p>
+<h2>Queues</h2>{per_queue}
+<h2>Why work waited</h2>{waited}
+<h2>Summary</h2>{jobs}{util}{cloud}{inv}
+<h2>Over time</h2>{imgs}</body></html>"""
     path.write_text(doc, encoding="utf-8")
