@@ -32,15 +32,22 @@ from providers.mig_backends import ApplyState
 
 START = datetime(2026, 1, 5, 0, 0)  # the simulator's t = 0 (a Monday), in the federation's timezone
 
-BASE = """
-federation: {name: parity, timezone: UTC}
+
+
+def idc(nodes: str) -> str:
+    """The federation and its IDC site, whose A100 node group is `nodes` (count, racks); other sites may follow."""
+    return f"""
+federation: {{name: parity, timezone: UTC}}
 sites:
   - name: idc
     kind: idc
     ray_address: http://127.0.0.1:9
     node_groups:
-      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 4, racks: 2}
+      - {{name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, {nodes}}}
 """
+
+
+BASE = idc("count: 4, racks: 2")
 
 SCENARIOS = {
     # two queues each deserving half; dev borrows all of it, prod comes back and reclaims
@@ -92,15 +99,7 @@ policies:
 # fails), so the next cycle asks the spot group's on-demand fallback. While its nodes boot, a
 # burst queue's small jobs arrive: the nodes bought for the gang are the gang's, so the small
 # jobs buy their own instead of taking one of them. Idle nodes are given back afterwards.
-BURST = """
-federation: {name: parity, timezone: UTC}
-sites:
-  - name: idc
-    kind: idc
-    ray_address: http://127.0.0.1:9
-    node_groups:
-      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}
-  - name: cloud
+BURST = idc("count: 2") + """  - name: cloud
     kind: simulated
     provider: {kind: simulated, group_failure_rates: {spot: 1.0}}
     node_groups:
@@ -157,15 +156,7 @@ policies:
 ])
 # Spot nodes that live 400 s (a replay's known reclaims): job b starts on the node job a left
 # idle, loses it to the interruption, is queued again whole and bursts anew.
-SCENARIOS["spot"] = ("""
-federation: {name: parity, timezone: UTC}
-sites:
-  - name: idc
-    kind: idc
-    ray_address: http://127.0.0.1:9
-    node_groups:
-      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 1}
-  - name: cloud
+SCENARIOS["spot"] = (idc("count: 1") + """  - name: cloud
     kind: simulated
     provider: {kind: simulated, group_lifetimes_s: {spot: 400}}
     node_groups:

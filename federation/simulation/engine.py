@@ -495,10 +495,9 @@ class Simulator:
         for n in self.nodes.values():
             site_gpus[n.site] = site_gpus.get(n.site, 0) + n.gpus * 1000
         site_alloc: dict[str, int] = {}
-        for r in self.running.values():
-            site_alloc[r.site] = site_alloc.get(r.site, 0) + r.usage.gpu_milli
         used: dict[str, float] = {}
         for r in self.running.values():
+            site_alloc[r.site] = site_alloc.get(r.site, 0) + r.usage.gpu_milli
             used[r.spec.queue] = used.get(r.spec.queue, 0.0) + r.usage.gpu
         pend: dict[str, float] = {}
         why: dict[str, float] = {}  # pending reason -> GPUs waiting for it
