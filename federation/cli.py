@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -221,7 +222,7 @@ def provider_check(
     """Request N nodes of the site's first scalable node group, wait until listed, release them."""
     from federation.store import RequestLedger
     from providers.check import check
-    from providers.factory import build_provider
+    from providers.factory import build_provider, terraform_work_dir
 
     fed = load_config(config)
     try:
@@ -231,7 +232,7 @@ def provider_check(
     group = next((g for g in s.node_groups if g.elastic), None)
     if group is None:
         raise FederationError(f"--site: {site} has no node group with max_nodes > 0; a fixed fleet cannot be asked for nodes")
-    provider = build_provider(fed, s, RequestLedger(state), state.parent / f"{state.name}.terraform")
+    provider = build_provider(fed, s, RequestLedger(state), terraform_work_dir(state))
     if provider is None:
         raise FederationError(f"--site: {site} is a {s.kind} site; provider check needs an aws, gcp or kubernetes provider")
     try:
@@ -247,6 +248,67 @@ def provider_check(
                     f"left running {report['left_running'] or 'nothing'}")
     if report["left_running"] or len(report["listed"]) < count:
         raise typer.Exit(1)
+
+
+site_app = typer.Typer(no_args_is_help=True, help="Burst sites whose whole Ray cluster the Terraform module makes.")
+app.add_typer(site_app, name="site")
+StateOpt = Annotated[Path, typer.Option("--state", help="The controller's SQLite journal (the Terraform states live beside it).")]
+
+
+def _cluster_site(config: Path | None, site: str, state: Path):
+    from providers.factory import cluster_provider
+
+    fed = load_config(config)
+    try:
+        s = fed.site(site)
+    except KeyError:
+        raise FederationError(f"SITE: no site {site!r} in {fed.source} (sites: {', '.join(x.name for x in fed.sites)})") from None
+    return cluster_provider(fed, s, state)
+
+
+@contextmanager
+def _cloud_step(site: str, provider):
+    """A failed Terraform run is the cloud's answer, not bad input: its kind and text, exit 1."""
+    from providers.errors import ProviderFailure
+
+    try:
+        yield
+    except ProviderFailure as f:
+        print(f"error: site {site}: {f.kind}: {f.message}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    finally:
+        provider.close()
+
+
+@site_app.command("up")
+def site_up(site: Annotated[str, typer.Argument(help="The site, as the config names it.")], config: ConfigOpt = None,
+            state: StateOpt = Path("federation-state.sqlite"),
+            as_json: Annotated[bool, typer.Option("--json", help="Print the module's outputs as JSON.")] = False) -> None:
+    """Apply the site's cluster (network, security group, instance profile, Ray head); idempotent."""
+    provider = _cluster_site(config, site, state)
+    with _cloud_step(site, provider), err.status(f"terraform apply for site {site} (a few minutes on a cloud)"):
+        outputs = provider.up()
+    if as_json:
+        print_json(outputs)
+        return
+    out().print(f"{site}: Ray head at {outputs.get('ray_address')}, Jobs API {outputs.get('jobs_api_url')}, "
+                f"{len(outputs.get('nodes') or {})} worker(s); `fedctl up` dispatches there", markup=False, highlight=False)
+
+
+@site_app.command("down")
+def site_down(site: Annotated[str, typer.Argument(help="The site, as the config names it.")], config: ConfigOpt = None,
+              state: StateOpt = Path("federation-state.sqlite"),
+              force: Annotated[bool, typer.Option("--force", help="Destroy the cluster even with workers in it (their jobs end).")] = False) -> None:
+    """Destroy everything the module made for the site; refuses while workers run unless --force."""
+    provider = _cluster_site(config, site, state)
+    with _cloud_step(site, provider):
+        workers = sorted(provider.outputs().get("nodes") or {})
+        if workers and not force:
+            raise FederationError(f"SITE: {site} still has {len(workers)} worker(s) ({', '.join(workers[:5])}{' ...' if len(workers) > 5 else ''}); "
+                                  "let the federation scale them in, or pass --force to end them and their jobs")
+        with err.status(f"terraform destroy for site {site}"):
+            provider.down()
+    out().print(f"{site}: its cluster is gone", markup=False, highlight=False)
 
 
 @app.command()

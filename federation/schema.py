@@ -86,13 +86,29 @@ class KubernetesProvider(Strict):
     node_selector: str | None = None
 
 
+class AwsCluster(Strict):
+    """The site's whole Ray cluster, made by the Terraform module (`fedctl site up`): network,
+    security group, instance profile and a Ray head, besides the workers the federation scales."""
+
+    head_instance_type: str = "m6i.xlarge"
+    head_public_ip: bool = False  # the controller reaches the head over the internet (else in the VPC)
+    zones: list[str] = []  # subnets the module makes when vpc_id is unset; empty: one, AWS picks the zone
+    controller_cidrs: list[str] = []  # who reaches the head's Ray ports: the controller's addresses
+    instance_profile: str | None = None  # unset: a role that may read only the Ray token
+
+
 class AwsProvider(Strict):
     kind: Literal["aws"]
     region: str
+    vpc_id: str | None = None  # with subnet_ids: an existing network for the Terraform module
     subnet_ids: list[str] = []
     launch_template: str | None = None
     endpoint_url: str | None = None
     terraform_dir: str | None = None
+    image_id: str | None = None  # the Terraform module's AMI (NVIDIA drivers, Ray, AWS CLI); else its terraform.tfvars names it
+    # an SSM SecureString holding the Ray token the controller sends; nodes read it at boot
+    ray_auth_token_parameter: str | None = None
+    cluster: AwsCluster | None = None
 
 
 class GcpProvider(Strict):

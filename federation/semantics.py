@@ -115,6 +115,38 @@ def _check_models_and_priorities(spec: schema.FederationSpec) -> list[Issue]:
     return issues
 
 
+def _aws_terraform(site: schema.SiteSpec, at: tuple) -> list[Issue]:
+    """What the AWS Terraform module needs: the Ray token's parameter always; with `cluster` it
+    makes the site's head, else its workers join the head at ray_address in an existing VPC."""
+    p, pat = site.provider, (*at, "provider")
+    if getattr(p, "kind", None) != "aws":
+        return []
+    if p.cluster is not None and not p.terraform_dir:
+        return [((*pat, "cluster"), "the site's cluster is made by the Terraform module: give terraform_dir too")]
+    if not p.terraform_dir:
+        return []
+    issues = []
+    if not p.ray_auth_token_parameter:
+        issues.append(((*pat, "ray_auth_token_parameter"), "the module's nodes run Ray with token auth: name the SSM SecureString "
+                                                           "that holds the controller's Ray token (e.g. /acme/ray-token)"))
+    elif not p.ray_auth_token_parameter.startswith("/"):
+        issues.append(((*pat, "ray_auth_token_parameter"), "an SSM parameter name starts with /"))
+    if p.vpc_id is None and p.subnet_ids:
+        issues.append(((*pat, "vpc_id"), "subnet_ids name an existing network: give its vpc_id too"))
+    if p.vpc_id is not None and not p.subnet_ids:
+        issues.append(((*pat, "subnet_ids"), "vpc_id names an existing network: give the subnets to use in it"))
+    if p.cluster is None:
+        if not site.ray_address:
+            issues.append(((*at, "ray_address"), "workers join an existing Ray head: give its address (or provider.cluster to make one)"))
+        if p.vpc_id is None:
+            issues.append(((*pat, "vpc_id"), "workers join an existing Ray head: give the VPC and subnets it is in "
+                                             "(or provider.cluster to make the whole cluster)"))
+    for ci, cidr in enumerate(p.cluster.controller_cidrs if p.cluster else []):
+        if cidr.endswith("/0"):
+            issues.append(((*pat, "cluster", "controller_cidrs", ci), "never open Ray to the whole internet: name the controller's addresses"))
+    return issues
+
+
 def _check_sites(spec: schema.FederationSpec) -> list[Issue]:
     models = _models(spec)
     issues = _dup_names(spec.sites, ("sites",))
@@ -122,6 +154,7 @@ def _check_sites(spec: schema.FederationSpec) -> list[Issue]:
         at = ("sites", si)
         if site.provider is not None and site.provider.kind not in _PROVIDERS[site.kind]:
             issues.append(((*at, "provider", "kind"), f"a {site.kind} site takes a provider of kind {sorted(_PROVIDERS[site.kind])}"))
+        issues += _aws_terraform(site, at)
         issues += _dup_names(site.node_groups, (*at, "node_groups"))
         names = {g.name for g in site.node_groups}
         for field in ("group_failure_rates", "group_lifetimes_s"):

@@ -44,18 +44,58 @@ def module_dir(fed: Federation, site: Site, terraform_dir: str) -> Path:
 
 def terraform_variables(fed: Federation, site: Site) -> dict:
     spec = site.provider
-    common = {"federation": fed.name, "site": site.name, "ray_address": ray_gcs_address(site)}
+    common = {"federation": fed.name, "site": site.name}
     groups = [g for g in site.node_groups if g.elastic]
     if spec.kind == "aws":
-        return {**common, "region": spec.region, "endpoint": spec.endpoint_url, "subnet_ids": list(spec.subnet_ids),
+        c = spec.cluster
+        cluster = ({"head": {"enabled": True, "instance_type": c.head_instance_type, "public_ip": c.head_public_ip},
+                    "zones": list(c.zones), "controller_cidrs": list(c.controller_cidrs), "instance_profile_name": c.instance_profile}
+                   if c else {"head": {"enabled": False}, "ray_address": ray_gcs_address(site)})
+        return {**common, **cluster, "region": spec.region, "endpoint": spec.endpoint_url, "vpc_id": spec.vpc_id,
+                "subnet_ids": list(spec.subnet_ids), "ray_auth_token_parameter": spec.ray_auth_token_parameter,
                 **({"launch_template_name": spec.launch_template} if spec.launch_template else {}),
+                **({"ami_id": spec.image_id} if spec.image_id else {}),
                 "node_groups": {g.name: {"instance_type": g.instance_type, "spot": g.spot, "gpus": g.gpus_per_node,
                                          "cpus": g.node_resources.cpu_milli // 1000} for g in groups}}
     from providers.gcp import ACCELERATORS
 
-    return {**common, "project": spec.project, "zones": list(spec.zones),
+    return {**common, "ray_address": ray_gcs_address(site), "project": spec.project, "zones": list(spec.zones),
             "node_groups": {g.name: {"machine_type": g.instance_type, "accelerator_type": ACCELERATORS.get(g.gpu_model or "", ""),
                                      "spot": g.spot, "gpus": g.gpus_per_node, "cpus": g.node_resources.cpu_milli // 1000} for g in groups}}
+
+
+def terraform_work_dir(state: Path) -> Path:
+    """Where the Terraform working copies (and states) of the sites live: beside the controller's
+    journal, one directory per site."""
+    return state.parent / f"{state.name}.terraform"
+
+
+def cluster_provider(fed: Federation, site: Site, state: Path):
+    """The Terraform provider of a site whose whole Ray cluster the module makes (`fedctl site up`)."""
+    spec = site.provider
+    if getattr(spec, "kind", None) != "aws" or spec.cluster is None:
+        raise FederationError(f"sites.{site.name}.provider.cluster: not set, so the site's Ray cluster is not the federation's to "
+                              "bring up or down (only an aws site with provider.terraform_dir and provider.cluster is)")
+    return build_provider(fed, site, RequestLedger(state), terraform_work_dir(state))
+
+
+def cluster_addresses(fed: Federation, state: Path) -> dict[str, str]:
+    """The Jobs API of every site whose cluster the module made and whose config names no
+    ray_address, read from the module's outputs; a site that is not up is an error that says so."""
+    out = {}
+    for site in fed.sites:
+        if site.ray_address or getattr(site.provider, "cluster", None) is None:
+            continue
+        provider = cluster_provider(fed, site, state)
+        try:
+            url = provider.outputs().get("jobs_api_url")
+        finally:
+            provider.close()
+        if not url:
+            raise FederationError(f"sites.{site.name}: its Ray cluster is not up; run `fedctl site up {site.name}` first "
+                                  f"(or give sites.{site.name}.ray_address)")
+        out[site.name] = url
+    return out
 
 
 def build_provider(fed: Federation, site: Site, ledger: RequestLedger, work_dir: Path) -> Provider | None:

@@ -6,6 +6,12 @@ directory of its own (the module is copied there with `terraform init -from-modu
 state never lands in the source tree), and applies it. Adding a request adds its node names;
 releasing nodes removes exactly those names, so Terraform destroys exactly those machines.
 The apply output (`terraform output -json nodes`) is what the provider lists.
+
+Where the module makes the site's whole cluster (network, security group, instance profile and
+Ray head: `provider.cluster`), `up` and `down` apply and destroy it in the same working
+directory, so the workers the federation scales and the cluster they join share one state.
+Terraform's state is the journal of that lifecycle: both are idempotent, and a second `up` of a
+cluster that is up changes nothing.
 """
 
 from __future__ import annotations
@@ -87,11 +93,30 @@ class TerraformProvider(CloudProvider):
         self._write(nodes)
         self._run("apply", "-auto-approve", "-input=false")
 
-    def _read_outputs(self) -> list[Instance]:
+    def outputs(self) -> dict:
+        """The module's outputs as applied ({} before the first apply)."""
         if not (self.work / "terraform.tfstate").exists():
-            return []
+            return {}
         # all outputs, not `output nodes`: after a first apply that failed, the state has no outputs yet
-        nodes = json.loads(self._run("output", "-json") or "{}").get("nodes", {}).get("value", {})
+        return {k: v.get("value") for k, v in json.loads(self._run("output", "-json") or "{}").items()}
+
+    def up(self) -> dict:
+        """Apply the site's cluster (its workers as they are) and return the module's outputs."""
+        with self._tf_lock:
+            self._apply(self.desired())
+            return self.outputs()
+
+    def down(self) -> None:
+        """Destroy everything the module made for the site, workers included."""
+        with self._tf_lock:
+            if not (self.work / "terraform.tfstate").exists():
+                return
+            self._init()
+            self._write({})
+            self._run("destroy", "-auto-approve", "-input=false")
+
+    def _read_outputs(self) -> list[Instance]:
+        nodes = self.outputs().get("nodes") or {}
         return [Instance(name, n["group"], n["request"], n.get("state") in ("running", "RUNNING")) for name, n in sorted(nodes.items())]
 
     # ---- CloudProvider ----

@@ -7,19 +7,26 @@ Terraform's AWS provider comes from a local filesystem mirror (FEDERATION_TF_MIR
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import boto3
 import hcl2
 import pytest
+import yaml
 
+from federation.config import parse
+from federation.errors import ConfigError
 from federation.model import NodeGroup, Resources
 from providers.base import TAG_FEDERATION, TAG_REQUEST
 from providers.errors import INVALID
+from providers.factory import cluster_addresses, cluster_provider
 from providers.terraform import TerraformProvider
 from tests.conftest import ROOT
 from tests.fakes.faulty import FaultyProxy, ec2_error
@@ -87,7 +94,8 @@ def provider(tf_env, moto_server, endpoint, tmp_path, federation):
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.1.0/24")["Subnet"]["SubnetId"]
     variables = {"federation": federation, "site": "aws", "region": "us-east-1", "endpoint": endpoint, "ami_id": "ami-12c6146b",
-                 "subnet_ids": [subnet], "launch_template_name": f"tpl-{federation}", "ray_address": "10.0.0.10:6379",
+                 "vpc_id": vpc, "subnet_ids": [subnet], "launch_template_name": f"tpl-{federation}", "ray_address": "10.0.0.10:6379",
+                 "head": {"enabled": False}, "ray_auth_token_parameter": "/acme/ray-token",
                  "node_groups": {"gpu": {"instance_type": "p4d.24xlarge", "gpus": 8, "cpus": 96}}}
     return TerraformProvider(federation, "aws", MODULES / "aws", tmp_path / "work", {"gpu": GROUP}, variables, env=tf_env), ec2
 
@@ -143,3 +151,134 @@ def test_terraform_errors_are_classified_by_the_cloud_code_not_by_stray_digits(o
     from providers.terraform import classify
 
     assert classify(output) == kind
+
+
+# ---- a whole burst cluster: `fedctl site up|down` against moto_server ----
+
+def cluster_config(tmp_path, federation: str, endpoint: str, **provider) -> Path:
+    doc = {"federation": {"name": federation},
+           "sites": [{"name": "idc", "kind": "local", "node_groups": [{"name": "a100", "gpu_model": "A100-80GB", "count": 1,
+                                                                         "gpus_per_node": 8, "cpus_per_node": 64, "memory_gib_per_node": 512}]},
+                     {"name": "aws", "kind": "aws",
+                      "provider": {"kind": "aws", "region": "us-east-1", "endpoint_url": endpoint, "terraform_dir": str(MODULES / "aws"),
+                                   "launch_template": f"tpl-{federation}", "image_id": "ami-12c6146b", "ray_auth_token_parameter": f"/{federation}/ray-token",
+                                   "cluster": {"zones": ["us-east-1a", "us-east-1b"], "controller_cidrs": ["127.0.0.1/32"]}, **provider},
+                      "node_groups": [{"name": "gpu", "gpu_model": "A100-80GB", "gpus_per_node": 8, "cpus_per_node": 96, "memory_gib_per_node": 1152,
+                                       "max_nodes": 4, "instance_type": "p4d.24xlarge", "price_usd_per_hour": 32.8}]}],
+           "queues": [{"name": "team", "deserved": {"gpu": 8}}]}
+    path = tmp_path / "federation.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def fedctl(env, *args):
+    return subprocess.run([sys.executable, "-m", "federation.cli", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def tagged(moto_server, federation) -> dict[str, list]:
+    """Everything of the federation's left in the (shared) moto_server, by kind."""
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_server)
+    iam = boto3.client("iam", region_name="us-east-1", endpoint_url=moto_server)
+    tag = [{"Name": f"tag:{TAG_FEDERATION}", "Values": [federation]}]
+    live = [{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
+    return {"instances": [i["InstanceId"] for r in ec2.describe_instances(Filters=tag + live)["Reservations"] for i in r["Instances"]],
+            "vpcs": [v["VpcId"] for v in ec2.describe_vpcs(Filters=tag)["Vpcs"]],
+            "subnets": [v["SubnetId"] for v in ec2.describe_subnets(Filters=tag)["Subnets"]],
+            "security_groups": [g["GroupId"] for g in ec2.describe_security_groups(Filters=tag)["SecurityGroups"]],
+            "gateways": [g["InternetGatewayId"] for g in ec2.describe_internet_gateways(Filters=tag)["InternetGateways"]],
+            "route_tables": [t["RouteTableId"] for t in ec2.describe_route_tables(Filters=tag)["RouteTables"]],
+            "launch_templates": [t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]
+                                 if t["LaunchTemplateName"] == f"tpl-{federation}"],
+            "roles": [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"].startswith(federation)],
+            "instance_profiles": [p["InstanceProfileName"] for p in iam.list_instance_profiles()["InstanceProfiles"]
+                                  if p["InstanceProfileName"].startswith(federation)]}
+
+
+def test_site_up_makes_a_whole_burst_cluster_that_workers_join_and_site_down_leaves_nothing(tf_env, moto_server, tmp_path, monkeypatch):
+    fed = f"tf-{uuid.uuid4().hex[:6]}"
+    cfg, state = cluster_config(tmp_path, fed, moto_server), tmp_path / "state.sqlite"
+    boto3.client("ssm", region_name="us-east-1", endpoint_url=moto_server).put_parameter(
+        Name=f"/{fed}/ray-token", Value="s3cret", Type="SecureString")
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_server)
+
+    proc = fedctl(tf_env, "site", "up", "aws", "--config", str(cfg), "--state", str(state), "--json")
+    assert proc.returncode == 0, proc.stderr
+    outputs = json.loads(proc.stdout)
+    [head] = [i for r in ec2.describe_instances(Filters=[{"Name": "tag:federation-role", "Values": ["head"]},
+                                                         {"Name": f"tag:{TAG_FEDERATION}", "Values": [fed]}])["Reservations"]
+              for i in r["Instances"]]
+    ip = head["PrivateIpAddress"]
+    assert outputs["ray_address"] == f"{ip}:6379" and outputs["jobs_api_url"] == f"http://{ip}:8265" and outputs["nodes"] == {}
+    made = tagged(moto_server, fed)
+    assert len(made["vpcs"]) == 1 and len(made["subnets"]) == 2 and made["gateways"] and made["instance_profiles"] == [f"{fed}-aws-node"]
+    [sg] = ec2.describe_security_groups(GroupIds=[outputs["security_group_id"]])["SecurityGroups"]
+    opened = sorted((p.get("FromPort"), r["CidrIp"]) for p in sg["IpPermissions"] for r in p.get("IpRanges", []))
+    assert opened == [(6379, "127.0.0.1/32"), (8265, "127.0.0.1/32"), (10001, "127.0.0.1/32")]
+    assert any(g["GroupId"] == sg["GroupId"] for p in sg["IpPermissions"] for g in p.get("UserIdGroupPairs", []))
+    assert head["IamInstanceProfile"]["Arn"].endswith(f"/{fed}-aws-node")
+
+    # `fedctl up` reads the site's Jobs API from the module's outputs
+    assert cluster_addresses(parse(cfg.read_text(), str(cfg)), state) == {"aws": outputs["jobs_api_url"]}
+
+    # the federation scales workers in the same state: they join this head, and the head stays
+    monkeypatch.setenv("TF_CLI_CONFIG_FILE", tf_env["TF_CLI_CONFIG_FILE"])
+    fedcfg = parse(cfg.read_text(), str(cfg))
+    p = cluster_provider(fedcfg, fedcfg.site("aws"), state)
+    try:
+        p.request("R1", fedcfg.site("aws").node_groups[0], 1)
+        p.wait(300)
+        assert p.errors() == []
+        [worker] = p.list_nodes()
+    finally:
+        p.close()
+    [w] = [i for r in ec2.describe_instances(Filters=[{"Name": f"tag:{TAG_REQUEST}", "Values": ["R1"]},
+                                                      {"Name": f"tag:{TAG_FEDERATION}", "Values": [fed]}])["Reservations"]
+           for i in r["Instances"]]
+    data = ec2.describe_instance_attribute(InstanceId=w["InstanceId"], Attribute="userData")["UserData"]["Value"]
+    script = base64.b64decode(data).decode()
+    assert f"ray start --address={ip}:6379" in script and f"FEDERATION_NODE={worker.name}" in script and "RAY_AUTH_MODE=token" in script
+    assert head["InstanceId"] in tagged(moto_server, fed)["instances"]  # not replaced by the workers' apply
+
+    again = fedctl(tf_env, "site", "up", "aws", "--config", str(cfg), "--state", str(state), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["ray_address"] == f"{ip}:6379" and list(json.loads(again.stdout)["nodes"]) == [worker.name]
+
+    refused = fedctl(tf_env, "site", "down", "aws", "--config", str(cfg), "--state", str(state))
+    assert refused.returncode == 2 and worker.name in refused.stderr and "--force" in refused.stderr
+    gone = fedctl(tf_env, "site", "down", "aws", "--config", str(cfg), "--state", str(state), "--force")
+    assert gone.returncode == 0, gone.stderr
+    assert tagged(moto_server, fed) == {k: [] for k in made}
+
+
+def test_fedctl_up_refuses_a_cluster_site_that_is_not_up_and_says_how(tf_env, tmp_path):
+    cfg = cluster_config(tmp_path, "notup", "http://127.0.0.1:9")
+    proc = fedctl(tf_env, "up", "--config", str(cfg), "--state", str(tmp_path / "state.sqlite"))
+    assert proc.returncode == 2 and "fedctl site up aws" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_site_up_is_only_for_sites_whose_cluster_the_module_makes(tf_env, tmp_path):
+    cfg = cluster_config(tmp_path, "nocluster", "http://127.0.0.1:9", cluster=None, vpc_id="vpc-1", subnet_ids=["subnet-1"])
+    doc = yaml.safe_load(cfg.read_text())
+    doc["sites"][1]["ray_address"] = "http://10.0.0.10:8265"
+    cfg.write_text(yaml.safe_dump(doc))
+    proc = fedctl(tf_env, "site", "up", "aws", "--config", str(cfg))
+    assert proc.returncode == 2 and "provider.cluster" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("provider,site,message", [
+    ({"ray_auth_token_parameter": None}, {}, "ray_auth_token_parameter"),
+    ({"ray_auth_token_parameter": "acme-token"}, {}, "starts with /"),
+    ({"cluster": {"controller_cidrs": ["0.0.0.0/0"]}}, {}, "whole internet"),
+    ({"terraform_dir": None}, {}, "give terraform_dir too"),
+    ({"subnet_ids": ["subnet-1"]}, {}, "give its vpc_id too"),
+    ({"cluster": None, "vpc_id": "vpc-1", "subnet_ids": ["subnet-1"]}, {}, "ray_address"),
+    ({"cluster": None}, {"ray_address": "http://10.0.0.10:8265"}, "vpc_id"),
+])
+def test_the_config_says_what_the_aws_module_needs(tmp_path, provider, site, message):
+    cfg = cluster_config(tmp_path, "cfg", "http://127.0.0.1:9")
+    doc = yaml.safe_load(cfg.read_text())
+    doc["sites"][1]["provider"].update(provider)
+    doc["sites"][1].update(site)
+    with pytest.raises(ConfigError) as e:
+        parse(yaml.safe_dump(doc), "f.yaml")
+    assert message in str(e.value) and "sites" in str(e.value)

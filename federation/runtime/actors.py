@@ -30,7 +30,7 @@ from federation.runtime.controller import Controller
 from federation.runtime.mig import live_mig
 from federation.runtime.sites import RaySite, SiteUnavailable
 from federation.store import RequestLedger, Store
-from providers.factory import KINDS, build_provider
+from providers.factory import KINDS, build_provider, terraform_work_dir
 
 CALL_TIMEOUT_S = 300.0  # the longest one call may take: a Terraform apply is the slowest
 
@@ -190,6 +190,6 @@ def site_parts(fed: Federation, state: Path, address: dict[str, str], local_prov
         if name in local_provider:
             parts["provider"] = (LocalProvider, local_provider[name])
         elif kind in KINDS:
-            parts["provider"] = (_provider, (fed, name, str(state.resolve()), str((state.parent / f"{state.name}.terraform").resolve())))
+            parts["provider"] = (_provider, (fed, name, str(state.resolve()), str(terraform_work_dir(state).resolve())))
         out[name] = parts
     return out

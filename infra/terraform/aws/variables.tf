@@ -14,31 +14,86 @@ variable "region" {
 }
 
 variable "endpoint" {
-  description = "EC2 endpoint override (provider.endpoint_url); null for AWS itself"
+  description = "One endpoint for EC2, IAM, SSM and STS (provider.endpoint_url); null for AWS itself"
   type        = string
   default     = null
 }
 
 variable "ami_id" {
-  description = "A GPU image with NVIDIA drivers and Ray installed"
+  description = "An image with NVIDIA drivers, Ray and the AWS CLI installed (head and workers)"
   type        = string
 }
 
-variable "subnet_ids" {
-  description = "Instances are spread over these subnets in order"
+variable "vpc_id" {
+  description = "An existing VPC (with subnet_ids); null: the module makes a VPC, one subnet per zone, and a route out"
+  type        = string
+  default     = null
+}
+
+variable "vpc_cidr" {
+  description = "The CIDR of the VPC the module makes (when vpc_id is null)"
+  type        = string
+  default     = "10.42.0.0/16"
+}
+
+variable "zones" {
+  description = "Availability zones for the subnets the module makes; empty: one subnet, AWS picks the zone"
   type        = list(string)
   default     = []
 }
 
-variable "launch_template_name" {
-  description = "The template the boto3 provider launches from (provider.launch_template)"
+variable "subnet_ids" {
+  description = "Existing subnets in vpc_id; instances are spread over them in order"
+  type        = list(string)
+  default     = []
+}
+
+variable "controller_cidrs" {
+  description = "Where the federation's controller reaches the head from (Ray's GCS, Jobs API and client ports)"
+  type        = list(string)
+  default     = []
+  validation {
+    # Ray runs whatever a client sends it: its ports must never face the whole internet.
+    condition     = alltrue([for c in var.controller_cidrs : !endswith(c, "/0")])
+    error_message = "controller_cidrs must not open Ray to the whole internet (a /0): name the controller's own addresses."
+  }
+}
+
+variable "instance_profile_name" {
+  description = "An existing instance profile for every node; null: the module makes a role that may read only the Ray token"
   type        = string
-  default     = "ray-gpu-worker"
+  default     = null
+}
+
+variable "ray_auth_token_parameter" {
+  description = "Name of an SSM SecureString holding the Ray auth token the controller uses; nodes read it at boot (it never enters Terraform state)"
+  type        = string
+  validation {
+    condition     = startswith(var.ray_auth_token_parameter, "/")
+    error_message = "ray_auth_token_parameter must be an SSM parameter name starting with /."
+  }
+}
+
+variable "head" {
+  description = "The site's Ray head. enabled = false: workers join ray_address, an existing cluster's head"
+  type = object({
+    enabled       = optional(bool, true)
+    instance_type = optional(string, "m6i.xlarge")
+    public_ip     = optional(bool, false)
+  })
+  default = {}
 }
 
 variable "ray_address" {
-  description = "The site's Ray GCS address (head:6379) that workers join at boot"
+  description = "An existing head's GCS address (host:6379) for workers to join; only when head.enabled is false"
   type        = string
+  default     = null
+}
+
+variable "launch_template_name" {
+  description = "The template the boto3 provider launches workers from (provider.launch_template)"
+  type        = string
+  default     = "ray-gpu-worker"
 }
 
 variable "node_groups" {
@@ -52,7 +107,7 @@ variable "node_groups" {
 }
 
 variable "nodes" {
-  description = "The desired nodes, by node name: the federation adds and removes entries"
+  description = "The desired worker nodes, by node name: the federation adds and removes entries"
   type = map(object({
     group   = string
     request = string
@@ -65,7 +120,7 @@ variable "nodes" {
 }
 
 variable "labels" {
-  description = "Extra tags for every instance"
+  description = "Extra tags for every resource"
   type        = map(string)
   default     = {}
 }

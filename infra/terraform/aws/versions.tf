@@ -16,6 +16,8 @@ provider "aws" {
   skip_metadata_api_check     = var.endpoint != null
   endpoints {
     ec2 = var.endpoint
+    iam = var.endpoint
+    ssm = var.endpoint
     sts = var.endpoint
   }
 }
