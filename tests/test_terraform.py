@@ -69,20 +69,46 @@ def test_aws_module_validates_and_its_mocked_plan_tests_pass(tf_env, tmp_path):
     assert "0 failed" in out and "passed" in out
 
 
-def test_gcp_module_makes_gpu_spot_instances_that_join_ray():
-    # No Google provider can be installed here, so `terraform validate` cannot run on this module;
-    # its structure is checked by parsing it instead.
-    main = hcl2.load((MODULES / "gcp" / "main.tf").open())
-    [res] = [r["google_compute_instance"]["node"] for r in main["resource"] if "google_compute_instance" in r]
+def gcp_module() -> dict:
+    """Every block of the GCP module, parsed: no Google provider can be installed here, so
+    `terraform validate` and `terraform test` cannot run on it (what is not checked: provider
+    schemas, attribute names and types, and any apply)."""
+    blocks: dict = {"resource": {}, "variable": set(), "output": set()}
+    for f in (MODULES / "gcp").glob("*.tf"):
+        doc = hcl2.load(f.open())
+        for r in doc.get("resource", []):
+            for kind, named in r.items():
+                blocks["resource"].update({f"{kind}.{n}": body for n, body in named.items()})
+        blocks["variable"] |= {k for v in doc.get("variable", []) for k in v}
+        blocks["output"] |= {k for v in doc.get("output", []) for k in v}
+    return blocks
+
+
+def test_gcp_module_makes_gpu_spot_workers_that_join_ray_with_the_token():
+    res = gcp_module()["resource"]["google_compute_instance.node"]
     assert res["for_each"] == "${var.nodes}"
     [acc] = res["guest_accelerator"]
     assert "accelerator_type" in acc["type"] and ".gpus" in acc["count"]
     [sched] = res["scheduling"]
     assert '"SPOT"' in sched["provisioning_model"] and "spot" in sched["preemptible"]
-    assert "ray start --address=${var.ray_address}" in res["metadata"]["startup-script"]
-    assert "federation-node/${each.key}" in res["metadata"]["startup-script"]
-    variables = {k for v in hcl2.load((MODULES / "gcp" / "variables.tf").open())["variable"] for k in v}
-    assert {"federation", "site", "project", "zones", "ray_address", "node_groups", "nodes", "labels"} <= variables
+    script = res["metadata"]["startup-script"]
+    assert "ray start --address=${local.ray_address}" in script and "federation-node/${each.key}" in script and "${local.auth}" in script
+
+
+def test_gcp_module_makes_a_whole_cluster_when_asked():
+    mod = gcp_module()
+    res = mod["resource"]
+    head = res["google_compute_instance.head"]
+    assert "var.head.enabled" in head["count"] and "ray start --head --port=6379" in head["metadata"]["startup-script"]
+    assert "--num-gpus=0" in head["metadata"]["startup-script"]
+    assert {"google_compute_network.site", "google_compute_subnetwork.site", "google_service_account.node"} <= set(res)
+    members, controller = res["google_compute_firewall.members"], res["google_compute_firewall.controller"]
+    assert members["source_tags"] == members["target_tags"] == ["${local.ray_tag}"]
+    assert controller["source_ranges"] == "${var.controller_cidrs}" and controller["allow"][0]["ports"] == ["6379", "8265", "10001"]
+    assert res["google_secret_manager_secret_iam_member.token"]["role"] == "roles/secretmanager.secretAccessor"
+    assert {"federation", "site", "project", "zones", "network", "controller_cidrs", "service_account", "ray_auth_token_secret",
+            "head", "ray_address", "node_groups", "nodes", "labels"} <= mod["variable"]
+    assert {"nodes", "ray_address", "jobs_api_url", "network", "service_account"} <= mod["output"]
 
 
 GROUP = NodeGroup(name="gpu", site="aws", gpu_model="A100-80GB", gpus_per_node=8, node_resources=Resources.of(8, 96, 1152),

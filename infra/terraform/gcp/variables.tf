@@ -13,24 +13,65 @@ variable "project" {
 }
 
 variable "zones" {
-  description = "Nodes are spread over these zones in order"
+  description = "Nodes are spread over these zones in order (one region)"
   type        = list(string)
 }
 
 variable "image" {
-  description = "A GPU image with NVIDIA drivers and Ray installed"
+  description = "A GPU image with NVIDIA drivers, Ray and gcloud installed (head and workers)"
   type        = string
   default     = "projects/deeplearning-platform-release/global/images/family/common-cu124"
 }
 
 variable "network" {
-  type    = string
-  default = "global/networks/default"
+  description = "An existing network (self link or name); null: the module makes one with a subnet in the zones' region"
+  type        = string
+  default     = null
+}
+
+variable "subnet_cidr" {
+  description = "The CIDR of the subnet the module makes (when network is null)"
+  type        = string
+  default     = "10.43.0.0/20"
+}
+
+variable "controller_cidrs" {
+  description = "Where the federation's controller reaches the head from (Ray's GCS, Jobs API and client ports)"
+  type        = list(string)
+  default     = []
+  validation {
+    # Ray runs whatever a client sends it: its ports must never face the whole internet.
+    condition     = alltrue([for c in var.controller_cidrs : !endswith(c, "/0")])
+    error_message = "controller_cidrs must not open Ray to the whole internet (a /0): name the controller's own addresses."
+  }
+}
+
+variable "service_account" {
+  description = "An existing service account email for every node; null: the module makes one that may read only the Ray token"
+  type        = string
+  default     = null
+}
+
+variable "ray_auth_token_secret" {
+  description = "Secret Manager secret id holding the Ray auth token the controller uses; nodes read it at boot (null: Ray without token auth)"
+  type        = string
+  default     = null
+}
+
+variable "head" {
+  description = "The site's Ray head. enabled = false: workers join ray_address, an existing cluster's head"
+  type = object({
+    enabled      = optional(bool, false)
+    machine_type = optional(string, "n2-standard-4")
+    public_ip    = optional(bool, false)
+  })
+  default = {}
 }
 
 variable "ray_address" {
-  description = "The site's Ray GCS address (head:6379) that workers join at boot"
+  description = "An existing head's GCS address (host:6379) for workers to join; only when head.enabled is false"
   type        = string
+  default     = null
 }
 
 variable "node_groups" {
@@ -45,7 +86,7 @@ variable "node_groups" {
 }
 
 variable "nodes" {
-  description = "The desired nodes, by node name: the federation adds and removes entries"
+  description = "The desired worker nodes, by node name: the federation adds and removes entries"
   type = map(object({
     group   = string
     request = string
