@@ -296,7 +296,8 @@ def to_domain(spec: schema.FederationSpec, source: str = "<memory>") -> Federati
             lending_limit=limit(q.lending_limit),
             weight=q.weight,
             sites=tuple(sites_of[q.name]) if sites_of[q.name] is not None else None,
-            burst=burst_of[q.name],
+            burst=burst_of[q.name] if isinstance(burst_of[q.name], bool) else burst_of[q.name].enabled,
+            burst_budget_usd_per_month=None if isinstance(q.burst, bool | None) else q.burst.budget_usd_per_month,
             priority_classes=tuple(classes_of[q.name]) if classes_of[q.name] is not None else None,
             max_running_jobs=q.max_running_jobs,
         )

@@ -83,6 +83,7 @@ class Observation:
     month_spend_usd: float = 0.0
     bought_for: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the jobs its request was made for
     stopped: dict[str, str] = field(default_factory=dict)  # queue -> "pause" or "drain", as an operator set it (live only)
+    queue_month_spend_usd: dict[str, float] = field(default_factory=dict)  # this month's cloud spend per queue (showback)
 
 
 @dataclass
@@ -276,7 +277,7 @@ class DecisionCycle:
         enabled, budget = effective_burst(fed, obs.local)
         d = burst_policy.decide(fed, now, burst_policy.BurstInputs(
             plan.capacity_requests, tuple(nodes), in_flight, frozenset(self.blocked), enabled, budget, obs.month_spend_usd, out.prewarm_gpus,
-            frozenset(j for jobs in claims.values() for j in jobs)))
+            frozenset(j for jobs in claims.values() for j in jobs), obs.queue_month_spend_usd))
         for job_id, (code, message) in d.reasons.items():
             out.reasons[job_id] = PendingReason(code, message)
         for up in d.scale_up:

@@ -145,6 +145,7 @@ class Queue:
     weight: float = 1.0
     sites: tuple[str, ...] | None = None  # None: every site
     burst: bool = False
+    burst_budget_usd_per_month: float | None = None  # for the cloud spend of this queue and those under it
     priority_classes: tuple[str, ...] | None = None  # the classes its jobs may use; None: every class
     max_running_jobs: int | None = None  # with the queues under it; None: no limit
 

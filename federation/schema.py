@@ -152,6 +152,15 @@ class SiteSpec(Strict):
     node_groups: list[NodeGroupSpec] = Field(min_length=1)
 
 
+class QueueBurst(Strict):
+    """`burst:` on a queue as a mapping: bursting on, with a monthly budget of its own."""
+
+    enabled: bool = True
+    # the cloud spend of this queue and the queues under it, this month (federation time zone);
+    # reached: its jobs no longer burst (BurstBudgetExhausted) until the month turns
+    budget_usd_per_month: NonNegativeFloat | None = None
+
+
 class QueueSpec(Strict):
     name: Name
     parent: str | None = None
@@ -164,7 +173,7 @@ class QueueSpec(Strict):
     # unset: as the nearest ancestor that sets them (jobs go to leaves, so a parent's setting
     # is what its children do); at the top, every site and no burst
     sites: list[str] | None = None
-    burst: bool | None = None
+    burst: bool | QueueBurst | None = None  # the budget is the queue's own; whether to burst is inherited
     # the priority classes its jobs may ask for (unset: as the nearest ancestor; at the top, all),
     # so that no submitter takes a top, non-preemptible class on a queue not meant for it
     allowed_priority_classes: list[Name] | None = None

@@ -52,9 +52,11 @@ class _NodeBook:
 class Ledger:
     def __init__(self) -> None:
         self.books: dict[str, _NodeBook] = {}
+        self.cloud_books: set[str] = set()  # the names of `books` at cloud sites: only they cost money
         self.gpu_s: dict[str, float] = defaultdict(float)  # queue -> GPU-seconds
         self.cloud_gpu_s: dict[str, float] = defaultdict(float)
         self.cost: dict[str, float] = defaultdict(float)  # queue -> USD
+        self.site_cost: dict[str, float] = defaultdict(float)  # site -> USD
         self.site_alloc_gpu_s: dict[str, float] = defaultdict(float)
         self.site_avail_gpu_s: dict[str, float] = defaultdict(float)
         self.paid_node_s = 0.0
@@ -63,12 +65,15 @@ class Ledger:
 
     def node_up(self, t: float, name: str, site: str, gpus: int, cloud: bool, price: float, trigger: str | None, paid_since: float | None = None) -> None:
         self.books[name] = _NodeBook(site, gpus, cloud, price, trigger, t)
+        if cloud:
+            self.cloud_books.add(name)
         if cloud and paid_since is not None and t > paid_since:
             self._charge_idle(self.books[name], t - paid_since)
 
     def _charge_idle(self, b: _NodeBook, dt: float) -> None:
         usd = b.price_usd_per_hour * dt / 3600
         self.cost[b.trigger_queue or "-"] += usd
+        self.site_cost[b.site] += usd
         self.total_cost += usd
         self.paid_node_s += dt
         self.idle_paid_node_s += dt
@@ -91,6 +96,7 @@ class Ledger:
                     usd = b.price_usd_per_hour * dt / 3600
                     for q, v in shares.items():
                         self.cost[q] += usd * v / total
+                    self.site_cost[b.site] += usd
                     self.total_cost += usd
                     self.paid_node_s += dt
                 else:
@@ -128,9 +134,16 @@ class Ledger:
         return {q: {"gpu_hours": round(self.gpu_s.get(q, 0.0) / 3600, 3), "cloud_gpu_hours": round(self.cloud_gpu_s.get(q, 0.0) / 3600, 3),
                     "cost_usd": round(self.cost.get(q, 0.0), 2)} for q in queues}
 
+    def cloud_costs(self, t: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Cloud cost so far by queue and by site, accounted up to `t` (cloud nodes alone accrue it)."""
+        for name in self.cloud_books:
+            self._advance(name, t)
+        return dict(self.cost), dict(self.site_cost)
+
     def node_down(self, t: float, name: str) -> None:
         self._advance(name, t)
         del self.books[name]
+        self.cloud_books.discard(name)
 
     def close(self, t: float) -> None:
         for name in list(self.books):

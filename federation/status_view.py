@@ -46,6 +46,13 @@ def renderables(doc: dict) -> list:
     budget = cloud.get("budget_usd_per_month")
     items.append(Text(f"cloud: {len(cloud.get('in_flight', []))} request(s) in flight; this month's spend {cloud.get('month_spend_usd', 0):,.2f} USD"
                       + (f" of {budget:,.0f} USD budgeted" if budget is not None else "")))
+    by_site = [f"{site} {v['month_spend_usd']:,.2f}" for site, v in (cloud.get("sites") or {}).items()]
+    by_queue = [f"{q} {v['month_spend_usd']:,.2f}" + (f" of {v['budget_usd_per_month']:,.0f}" if v["budget_usd_per_month"] is not None else "")
+                for q, v in (cloud.get("queues") or {}).items() if v["month_spend_usd"] or v["budget_usd_per_month"] is not None]
+    if by_site:
+        items.append(Text("  by site (USD): " + "; ".join(by_site)))
+    if by_queue:
+        items.append(Text("  by queue (USD, of its own budget): " + "; ".join(by_queue)))
     return items
 
 

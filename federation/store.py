@@ -250,6 +250,8 @@ class RequestLedger:
         self._db = connect(path)
         self._db.execute("CREATE TABLE IF NOT EXISTS cloud_requests (id TEXT PRIMARY KEY, site, grp, count, requested_s, state, nodes, jobs)")
         self._db.execute("CREATE TABLE IF NOT EXISTS spend (month TEXT PRIMARY KEY, usd REAL, metered_s REAL)")
+        # the month's spend split by queue and by site (showback), for per-queue budgets and /metrics
+        self._db.execute("CREATE TABLE IF NOT EXISTS spend_by (month TEXT, kind TEXT, name TEXT, usd REAL, PRIMARY KEY (month, kind, name))")
 
     def record(self, req: CloudRequest) -> CloudRequest:
         """Journal a request; a known id returns the stored one unchanged."""
@@ -291,6 +293,18 @@ class RequestLedger:
         with self._lock:
             self._db.execute("INSERT INTO spend VALUES (?, ?, ?) ON CONFLICT(month) DO UPDATE SET usd = usd + excluded.usd, "
                              "metered_s = excluded.metered_s", (month, usd, at_s))
+
+    def charge_by(self, month: str, kind: str, usd: dict[str, float]) -> None:
+        """Add each name's `usd` to its spend of the month (`kind`: "queue" or "site")."""
+        rows = [(month, kind, name, v) for name, v in usd.items() if v]
+        if not rows:
+            return
+        with self._lock:
+            self._db.executemany("INSERT INTO spend_by VALUES (?, ?, ?, ?) ON CONFLICT(month, kind, name) DO UPDATE SET usd = usd + excluded.usd", rows)
+
+    def spend_by(self, month: str, kind: str) -> dict[str, float]:
+        with self._lock:
+            return dict(self._db.execute("SELECT name, usd FROM spend_by WHERE month = ? AND kind = ?", (month, kind)).fetchall())
 
     def spend(self, month: str) -> float:
         with self._lock:

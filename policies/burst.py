@@ -10,7 +10,9 @@ decisions back. Rules, in order:
   blocked, cheapest first (`order: cheapest`, by the price of the nodes needed) or as listed;
 - the fewest nodes that fit the waiting gangs (gangs choosing the same group share new nodes);
 - never above `max_nodes`, never above the hourly budget (nodes running or booting, at their
-  price) nor once the month's spend reached the monthly budget;
+  price) nor once the month's spend reached the monthly budget; nor for a queue whose own
+  month's cloud spend, with the queues under it, reached its `burst.budget_usd_per_month` (or an
+  ancestor's did): its gangs wait for the fixed fleet, other queues still burst;
 - an idle node is released after `scale_in_idle_s`; never a node with work on it, never below
   `min_nodes`, never while a request for its group is still being delivered (a gang's first
   nodes idle until its last one boots; the provisioning timeout bounds that).
@@ -65,6 +67,7 @@ class BurstInputs:
     month_spend_usd: float
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
     served: frozenset[str] = frozenset()  # jobs whose bought nodes are up and held for them
+    queue_spend_usd: dict[str, float] = field(default_factory=dict)  # this month's cloud spend charged to each queue (showback)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
     for f in inp.in_flight:
         used[(f.site, f.group)] = used.get((f.site, f.group), 0) + f.count
     month_left = pol.budget_usd_per_month is None or inp.month_spend_usd < pol.budget_usd_per_month
+    spent = _queues_at_budget(fed, inp.queue_spend_usd)
     # free capacity per group, existing nodes first, then the new ones: gangs share them
     opened: dict[tuple[str, str], list[Resources]] = {}
     for n in inp.nodes:
@@ -121,6 +125,11 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
             continue
         if not month_left:
             out.reasons[req.job_id] = ("BurstBudgetExhausted", f"this month's cloud spend {inp.month_spend_usd:.0f} USD reached budget_usd_per_month")
+            continue
+        at_budget = next((q for q in _lineage(fed, req.queue) if q in spent), None) if spent else None
+        if at_budget is not None:
+            out.reasons[req.job_id] = ("BurstBudgetExhausted", f"queue {at_budget}'s cloud spend this month, {spent[at_budget]:.2f} USD, "
+                                                               f"reached its burst.budget_usd_per_month {fed.queue(at_budget).burst_budget_usd_per_month:g}")
             continue
         placed = False
         for g, per_node in options:
@@ -149,6 +158,30 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
         out.scale_up += _prewarm(fed, inp, out.scale_up, used, burn)
     out.release = _idle_to_release(fed, now, inp)
     return out
+
+
+def _lineage(fed: Federation, queue: str) -> list[str]:
+    """The queue and its ancestors, nearest first."""
+    out = []
+    q = fed.queue(queue)
+    while q is not None:
+        out.append(q.name)
+        q = fed.queue(q.parent) if q.parent else None
+    return out
+
+
+def _queues_at_budget(fed: Federation, spend: dict[str, float]) -> dict[str, float]:
+    """Queues whose month's cloud spend, theirs and their descendants', reached their own
+    monthly budget -> that spend."""
+    if not any(q.burst_budget_usd_per_month is not None for q in fed.queues):
+        return {}
+    names, subtree = {q.name for q in fed.queues}, {}
+    for name, usd in spend.items():
+        if name in names:  # idle time of nodes bought for no queue (pre-warm) is nobody's
+            for a in _lineage(fed, name):
+                subtree[a] = subtree.get(a, 0.0) + usd
+    return {q.name: subtree.get(q.name, 0.0) for q in fed.queues
+            if q.burst_budget_usd_per_month is not None and subtree.get(q.name, 0.0) >= q.burst_budget_usd_per_month}
 
 
 def prewarm_gpus(fed: Federation, predicted: dict[str, float], fixed_gpus: float, queues: Sequence[Queue] | None = None) -> float:

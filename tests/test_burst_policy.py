@@ -116,3 +116,29 @@ def test_a_backlog_beyond_the_queues_quota_is_not_pre_warmed():
                                     "{name: research, deserved: {gpu: 8}, borrowing_limit: {gpu: 8}, burst: true}"), "t.yaml")
     # research may hold 16 GPUs at most: a predicted 40 is 16 it could use, 8 beyond the fleet
     assert prewarm_gpus(capped, {"research": 40.0, "online": 0.0}, fixed_gpus=8.0) == 8.0
+
+
+BUDGETED = parse(FED_TEXT.replace("""  - {name: research, deserved: {gpu: 8}, burst: true}
+""", """  - {name: labs}
+  - {name: research, parent: labs, deserved: {gpu: 4}, burst: {budget_usd_per_month: 100}}
+  - {name: vision, parent: labs, deserved: {gpu: 4}}
+  - {name: labs-b, deserved: {gpu: 8}, burst: true}
+""").replace("  - {name: labs}\n", "  - {name: labs, burst: {budget_usd_per_month: 150}}\n"), "t.yaml")
+
+
+def test_a_queue_at_its_own_monthly_budget_stops_bursting_and_others_go_on():
+    fed = BUDGETED
+    assert fed.queue("vision").burst and fed.queue("vision").burst_budget_usd_per_month is None  # bursting is inherited, the budget not
+    asks = [gang("r", 1, "research"), gang("v", 1, "vision"), gang("b", 1, "labs-b")]
+    fresh = decide(fed, 600, replace(inputs(asks), queue_spend_usd={"research": 99.0}))
+    assert sorted(j for u in fresh.scale_up for j in u.jobs) == ["b", "r", "v"]
+    spent = decide(fed, 600, replace(inputs(asks), queue_spend_usd={"research": 100.0}))
+    assert sorted(j for u in spent.scale_up for j in u.jobs) == ["b", "v"]
+    assert spent.reasons["r"][0] == "BurstBudgetExhausted" and "queue research" in spent.reasons["r"][1]
+
+
+def test_a_parent_budget_bounds_the_spend_of_the_queues_under_it():
+    asks = [gang("r", 1, "research"), gang("v", 1, "vision"), gang("b", 1, "labs-b")]
+    d = decide(BUDGETED, 600, replace(inputs(asks), queue_spend_usd={"research": 60.0, "vision": 90.0, "-": 500.0}))
+    assert [j for u in d.scale_up for j in u.jobs] == ["b"]
+    assert all("queue labs'" in d.reasons[j][1] for j in ("r", "v"))

@@ -302,3 +302,52 @@ def test_the_forecast_learned_from_the_journal_boots_nodes_ahead_of_the_evening_
     ctl.tick()
     prov.wait(60)
     assert len(instances()) == 1  # asked once
+
+
+@pytest.mark.parametrize("cloud", [{"queues": "[{name: research, deserved: {gpu: 8}, burst: {budget_usd_per_month: 5}}, "
+                                              "{name: online, deserved: {gpu: 8}, burst: true}]"}], indirect=True)
+def test_a_queue_at_its_monthly_budget_buys_no_more_nodes_and_its_spend_survives_a_restart(cloud):
+    """Queue budgets (issue 21): research's two nodes (30 USD/h each) run 300 s once listed, 5 USD,
+    its whole month's budget. Its next gang waits with BurstBudgetExhausted while online's bursts; the
+    month's spend per queue and site is journaled, so a restarted controller holds to it too,
+    and /metrics and the status document show it."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from federation.runtime.api import make_app
+    from tests.test_observability import samples
+
+    controller, clock, _, instances = cloud
+    ctl, prov = requested_on_cloud(controller, clock)
+    clock[0] += 300
+    ctl.tick()
+    clock[0] += 300
+    ctl.tick()
+    assert ctl.store.get("big").site == "aws"
+    assert ctl.ledger.spend_by("2027-01", "queue")["research"] == pytest.approx(2 * 30 * 300 / 3600)
+    ctl, prov = controller()  # a restart: the month's split spend is in the journal
+    submit_gang(ctl, "fill", tasks=1, queue="online")  # the IDC's node
+    ctl.tick()
+    submit_gang(ctl, "more", tasks=1)
+    submit_gang(ctl, "other", tasks=1, queue="online")
+    ctl.tick()
+    clock[0] += 61
+    ctl.tick()
+    prov.wait(60)
+    row = ctl.store.get("more")
+    assert row.reason == "BurstBudgetExhausted" and "queue research" in row.message
+    assert ctl.store.get("other").reason == "WaitingForBurst" and [r.jobs for r in ctl.ledger.requests("aws")][-1] == ["other"]
+    doc = ctl.status()["cloud"]
+    spent = 5.0 + 2 * 30 * 61 / 3600  # and the 61 s since the restart, while big runs on
+    assert doc["queues"]["research"] == {"month_spend_usd": pytest.approx(spent, abs=0.01), "budget_usd_per_month": 5.0}
+    assert doc["queues"]["online"]["budget_usd_per_month"] is None and doc["sites"]["aws"]["month_spend_usd"] >= spent - 0.01
+
+    async def scrape():
+        async with TestClient(TestServer(make_app(ctl, None))) as client:
+            return await (await client.get("/metrics")).text()
+
+    got = samples(asyncio.run(scrape()))
+    assert {s.labels["queue"]: s.value for s in got["federation_queue_cloud_budget_usd_month"]} == {"research": 5.0}
+    assert {s.labels["queue"]: s.value for s in got["federation_queue_cloud_spend_usd_month"]}["research"] == pytest.approx(spent, abs=0.01)
+    assert got["federation_site_cloud_spend_usd_month"][0].labels["site"] == "aws"

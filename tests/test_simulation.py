@@ -320,3 +320,28 @@ policies:
     events = Simulator(fed, read_jsonl(write_trace(tmp_path, records), fed), SimOptions(seed=1)).run().events
     admitted = [e["job"] for e in events if e["type"] == "admit"]
     assert admitted == ["a-1", first, ({"a-2", "b-1"} - {first}).pop()]
+
+
+def test_a_queue_that_spent_its_monthly_cloud_budget_waits_for_the_fleet_while_others_burst(tmp_path):
+    """Queue budgets (issue 21): batch may spend 20 USD a month in the cloud. Its first job's
+    node (30 USD/h, booted, run for an hour, idle until scale-in) spends more than that, so its
+    second job buys no node (BurstBudgetExhausted), while train's job, at the same time, still
+    bursts. As with the federation's budget, a spent queue may still use cloud capacity that is up
+    and free (here train's node, once train's job ends): that node is paid for either way."""
+    from federation.config import parse
+    from federation.simulation.engine import Simulator
+
+    fed = parse(CLAIMS.replace("{name: batch, burst: true}", "{name: batch, burst: {budget_usd_per_month: 20}}"), "budget.yaml")
+    records = [{"id": "fill", "submit_s": 0, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 20000},
+               {"id": "b1", "submit_s": 10, "queue": "batch", "tasks": 1, "gpus_per_task": 2, "duration_s": 3600},
+               {"id": "b2", "submit_s": 6000, "queue": "batch", "tasks": 1, "gpus_per_task": 2, "duration_s": 600},
+               {"id": "t2", "submit_s": 6000, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 600}]
+    res = Simulator(fed, read_jsonl(write_trace(tmp_path, records), fed), SimOptions(seed=1)).run()
+    admit = {e["job"]: e for e in res.events if e["type"] == "admit"}
+    assert admit["b1"]["site"] == "cloud" and admit["t2"]["site"] == "cloud" and admit["t2"]["t"] < 7000
+    bought = [j for e in res.events if e["type"] == "scale_up" for j in e["jobs"]]
+    assert bought == ["b1", "t2"]
+    finish = {e["job"]: e["t"] for e in res.events if e["type"] == "finish"}
+    assert admit["b2"]["t"] >= finish["t2"] and {p["node"] for p in admit["b2"]["placements"]} <= {p["node"] for p in admit["t2"]["placements"]}
+    assert "BurstBudgetExhausted" in [e["reason"] for e in res.events if e["type"] == "pending" and e["job"] == "b2"]
+    assert res.ledger.cost["batch"] >= 20

@@ -92,6 +92,7 @@ class Controller:
         self.showback = Ledger()  # GPU-hours and cloud cost per queue since this controller started (as the simulator reports them)
         self.showback_lock = threading.Lock()  # the cycle books in its thread; the API reads (and accounts up to now) in another
         self.showback_since = clock()
+        self.booked_cost: tuple[dict[str, float], dict[str, float]] = ({}, {})  # showback's cost already journaled, by queue and by site
         self.forecast_error: dict[str, float] | None = None  # the journal's last day, predicted without it
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.joined: dict[str, set[str]] = {}  # cloud site -> the nodes its Ray cluster last said had joined
@@ -192,7 +193,8 @@ class Controller:
         submitted = self._submitted(arrived, rows, now)
         cloud = tuple(n for n in nodes if n.site in self.providers)
         d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
-                                        tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues()))
+                                        tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues(),
+                                        self.ledger.spend_by(self._month(now), "queue")))
         self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
@@ -322,6 +324,12 @@ class Controller:
             nodes[n.name] = (n.site, n.gpus, cloud, price, trigger)
         with self.showback_lock:
             self.showback.sync(now, nodes, holdings(running))
+            costs = self.showback.cloud_costs(now)
+        # the month's spend per queue and per site, journaled (queue budgets hold across restarts)
+        month = self._month(now)
+        for kind, cost, booked in zip(("queue", "site"), costs, self.booked_cost, strict=True):
+            self.ledger.charge_by(month, kind, {k: v - booked.get(k, 0.0) for k, v in cost.items()})
+            booked.update(cost)
 
     def _showback(self) -> dict[str, dict[str, float]]:
         with self.showback_lock:
@@ -556,6 +564,8 @@ class Controller:
         usage: dict[str, float] = {}
         gpus: dict[str, float] = {}
         stopped = self.store.stopped_queues()
+        month = self._month(self.clock())
+        by_queue, by_site = self.ledger.spend_by(month, "queue"), self.ledger.spend_by(month, "site")
         for r in rows:
             if r.status != "PENDING":
                 spec = self._spec(r.id, r.request, r.submitted_s)
@@ -577,8 +587,12 @@ class Controller:
             "mig": {site: m.status() for site, m in self.mig.items()},
             "cloud": {"in_flight": [{"request": f.request_id, "site": f.site, "group": f.group, "count": f.count, "jobs": list(f.jobs)}
                                     for f in self.in_flight.values()],
-                      "month_spend_usd": round(self.ledger.spend(self._month(self.clock())), 2),
-                      "budget_usd_per_month": self.fed.policies.burst.budget_usd_per_month},
+                      "month_spend_usd": round(self.ledger.spend(month), 2),
+                      "budget_usd_per_month": self.fed.policies.burst.budget_usd_per_month,
+                      # the month's spend split by queue (with each queue's own budget) and by site
+                      "queues": {q.name: {"month_spend_usd": round(by_queue.get(q.name, 0.0), 2), "budget_usd_per_month": q.burst_budget_usd_per_month}
+                                 for q in self.fed.queues},
+                      "sites": {s.name: {"month_spend_usd": round(by_site.get(s.name, 0.0), 2)} for s in self.fed.sites if s.is_cloud}},
             # per queue since this controller started, as `fedctl simulate` reports them (idle cloud time to the queue that asked)
             "showback": {"since_s": self.showback_since, "queues": self._showback()},
         }

@@ -117,6 +117,16 @@ class FederationCollector:
             budget = _gauge("federation_cloud_budget_usd_month", "The month's cloud budget (policies.burst.budget_usd_per_month)")
             budget.add_metric([], fed.policies.burst.budget_usd_per_month)
             yield budget
+        by_queue = _gauge("federation_queue_cloud_spend_usd_month", "Cloud spend charged to each queue this month (showback split)", ["queue"])
+        queue_budget = _gauge("federation_queue_cloud_budget_usd_month", "Each queue's own monthly cloud budget (burst.budget_usd_per_month)", ["queue"])
+        for q, v in doc["cloud"]["queues"].items():
+            by_queue.add_metric([q], v["month_spend_usd"])
+            if v["budget_usd_per_month"] is not None:
+                queue_budget.add_metric([q], v["budget_usd_per_month"])
+        by_site = _gauge("federation_site_cloud_spend_usd_month", "Cloud spend of each cloud site this month (showback)", ["site"])
+        for site, v in doc["cloud"]["sites"].items():
+            by_site.add_metric([site], v["month_spend_usd"])
+        yield from (by_queue, queue_budget, by_site)
 
         health = doc["health"]
         last = _gauge("federation_last_cycle_timestamp_seconds", "When the last scheduling cycle succeeded (Unix time; 0: none yet)")

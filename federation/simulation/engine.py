@@ -73,7 +73,6 @@ class SimResult:
     end_s: float
     queues: tuple[str, ...]
     sites: dict[str, bool]  # site -> is cloud
-    reasons: dict[str, int] = field(default_factory=dict)
     mig: dict = field(default_factory=dict)
     openings: list[dict] = field(default_factory=list)  # per window opening that raised a reserve: how much was ready
     forecast: dict = field(default_factory=dict)  # per kind of demand, the profile's hourly error beside the last hour's
@@ -107,14 +106,13 @@ class Simulator:
         self.samples: list[dict] = []
         self.cloud_stats = {"peak_nodes": 0, "scale_ups": 0, "scale_downs": 0}
         self.req_ids = itertools.count(1)
-        self.reasons: dict[str, int] = {}
         self.openings: list[dict] = []
         span = max((j.spec.submit_s + j.duration_s for j in trace.jobs), default=3600.0)
         self.sample_every = max(60.0, span / max(1, self.opt.samples))
         self.next_sample = 0.0
         self.queues = fed.queues
         self.state: CycleState | None = None
-        self.month, self.month_base_usd = (self.start.year, self.start.month), 0.0
+        self.month, self.month_base_usd, self.month_base_queue = (self.start.year, self.start.month), 0.0, {}
         self.arrived: set[str] = set()  # waiting now, not at the last cycle
         self.submitted: list[JobSpec] = []  # first arrivals since the last cycle
         self.capacity_waiting: list[JobSpec] = []  # what the MIG managers may slice for (the cycle says)
@@ -173,7 +171,7 @@ class Simulator:
                **({"forecast": scored["mig_instances"]} if "mig_instances" in scored else {})}
         return SimResult(self.events, self.jobs, self.ledger, self.samples,
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
-                         tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites}, self.reasons,
+                         tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites},
                          mig if self.mig else {}, self.openings, scored, self.wait_gpu_s, self.start,
                          {q.name: q.deserved.gpu for q in self.fed.queues if q.deserved.gpu_milli < UNLIMITED})
 
@@ -434,11 +432,13 @@ class Simulator:
     def _cycle(self, t: float) -> None:
         """Observe, let the one decision cycle decide, and carry its decisions out on the virtual clock."""
         local = self.local(t)
+        costs, _ = self.ledger.cloud_costs(t)  # spend up to now, as the live meter has it
         if (local.year, local.month) != self.month:
-            self.month, self.month_base_usd = (local.year, local.month), self.ledger.total_cost
+            self.month, self.month_base_usd, self.month_base_queue = (local.year, local.month), self.ledger.total_cost, costs
         obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.nodes[n] for n in self.cloud), tuple(self.running.values()), self.pending, self.arrived,
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
-                          self.ledger.total_cost - self.month_base_usd, self.bought_for)
+                          self.ledger.total_cost - self.month_base_usd, self.bought_for,
+                          queue_month_spend_usd={q: usd - self.month_base_queue.get(q, 0.0) for q, usd in costs.items()})
         self.arrived, self.submitted, self.failed = set(), [], []
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
