@@ -84,6 +84,7 @@ class Observation:
     bought_for: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the jobs its request was made for
     stopped: dict[str, str] = field(default_factory=dict)  # queue -> "pause" or "drain", as an operator set it (live only)
     queue_month_spend_usd: dict[str, float] = field(default_factory=dict)  # this month's cloud spend per queue (showback)
+    heads: frozenset[str] = frozenset()  # sites whose own cluster the federation made (provider.cluster) and which are up
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Decisions:
     scale_up: list[burst_policy.ScaleUp] = field(default_factory=list)
     release: list[str] = field(default_factory=list)  # idle cloud nodes to give back
     cancel: list[tuple[str, str]] = field(default_factory=list)  # (request id, why): give up, keep nothing it made
+    teardown: list[str] = field(default_factory=list)  # sites whose whole cluster to take down (nothing there for scale_in_idle_s)
     blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (site, group, why) newly blocked
     capacity_waiting: list[JobSpec] = field(default_factory=list)  # what the MIG managers may slice for
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
@@ -122,6 +124,7 @@ class DecisionCycle:
         self.wake: float | None = None
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_since: dict[str, float] = {}
+        self.empty_since: dict[str, float] = {}  # cluster site with a head and nothing else -> since when
         self.unclaimed: set[str] = set()  # jobs that gave their claim up (see Plan.unclaimed)
         self.up_since: dict[str, float] = {}  # cloud node made for jobs -> when this cycle first saw it
         self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
@@ -158,8 +161,10 @@ class DecisionCycle:
         if self.forecast is not None:
             out.learn_at = self._forecast(obs, out)
         past = self._past(obs, queues) if self.past is not None else {}
+        head_wake = self._teardown(obs, out) if obs.heads or self.empty_since else None
         if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or out.prewarm_gpus):
-            return out  # nothing could change
+            out.wake_at = head_wake
+            return out  # nothing else could change
         # Full, or only the new arrivals: when, since the last cycle, jobs only arrived, what
         # waited then would wait the same way now (see incremental_pending).
         in_flight = tuple(f for f in obs.in_flight if f.request_id not in {rid for rid, _ in out.cancel})
@@ -182,6 +187,12 @@ class DecisionCycle:
         wakes += [since + shrink for since in plan.over_capability_since.values()]
         if self.bursting:
             wakes += self._burst(obs, plan, state, cloud, in_flight, claims, out)
+        if head_wake is not None:
+            wakes.append(head_wake)
+        if out.teardown and out.scale_up:  # wanted again this very cycle: it stays
+            wanted = {u.site for u in out.scale_up}
+            self.empty_since.update({s: now for s in out.teardown if s in wanted})
+            out.teardown = [s for s in out.teardown if s not in wanted]
         self.last, self.scaled, self.fingerprint = plan, bool(out.scale_up), fingerprint
         self.pending_count = len(obs.pending) - len(plan.admissions)
         if full:
@@ -192,6 +203,18 @@ class DecisionCycle:
             later.append(self.wake)  # an incremental cycle looked at too little to drop what a full one asked for
         out.wake_at = self.wake = min(later) if later else None
         return out
+
+    def _teardown(self, obs: Observation, out: Decisions) -> float | None:
+        """A site whose whole cluster the federation made goes down after `scale_in_idle_s` with
+        no cloud node and no request in flight there (its head costs money and is an open door);
+        its next scale-up brings it up again. Returns when the next one is due."""
+        busy = {n.site for n in obs.cloud} | {f.site for f in obs.in_flight}
+        idle_s = self.fed.policies.burst.scale_in_idle_s
+        self.empty_since = {s: self.empty_since.get(s, obs.now) for s in obs.heads if s not in busy}
+        out.teardown = sorted(s for s, since in self.empty_since.items() if obs.now >= since + idle_s - 1e-6)
+        for s in out.teardown:
+            del self.empty_since[s]
+        return min((since + idle_s for since in self.empty_since.values()), default=None)
 
     def _past(self, obs: Observation, queues: tuple[Queue, ...]) -> dict[str, float]:
         """Each queue's weighted past share of the GPUs (time-aware fair share), kept every cycle."""

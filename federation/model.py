@@ -124,6 +124,12 @@ class Site:
     def is_cloud(self) -> bool:
         return any(g.elastic for g in self.node_groups)
 
+    @property
+    def cluster(self):
+        """How the federation makes the site's whole Ray cluster (`provider.cluster`), or None:
+        then its cluster is somebody else's and always there."""
+        return getattr(self.provider, "cluster", None)
+
     def node_group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
             if g.name == name:

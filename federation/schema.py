@@ -95,6 +95,9 @@ class AwsCluster(Strict):
     zones: list[str] = []  # subnets the module makes when vpc_id is unset; empty: one, AWS picks the zone
     controller_cidrs: list[str] = []  # who reaches the head's Ray ports: the controller's addresses
     instance_profile: str | None = None  # unset: a role that may read only the Ray token
+    # how long a cluster that is down takes to come up before its first workers can join (the
+    # simulator's model; live, the request's provisioning_timeout_s covers it)
+    head_boot_s: NonNegativeFloat = 300.0
 
 
 class AwsProvider(Strict):

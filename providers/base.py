@@ -94,6 +94,13 @@ class Provider(ABC):
         """Give up on a request (timed out, or no longer needed): release what it made."""
         self.release([n.name for n in self.list_nodes() or [] if n.request_id == request_id])
 
+    def head_up(self) -> bool:
+        """Whether the site's own Ray cluster, where this provider makes one, is up."""
+        return False
+
+    def teardown(self) -> None:  # noqa: B027 - only providers that make a site's whole cluster have one to take down
+        """Take the site's cluster down (in the background)."""
+
     def close(self) -> None:  # noqa: B027 - most providers have no background work
         """Stop background work; cloud machines stay as they are."""
 

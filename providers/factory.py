@@ -79,23 +79,12 @@ def cluster_provider(fed: Federation, site: Site, state: Path):
     return build_provider(fed, site, RequestLedger(state), terraform_work_dir(state))
 
 
-def cluster_addresses(fed: Federation, state: Path) -> dict[str, str]:
-    """The Jobs API of every site whose cluster the module made and whose config names no
-    ray_address, read from the module's outputs; a site that is not up is an error that says so."""
-    out = {}
-    for site in fed.sites:
-        if site.ray_address or getattr(site.provider, "cluster", None) is None:
-            continue
-        provider = cluster_provider(fed, site, state)
-        try:
-            url = provider.outputs().get("jobs_api_url")
-        finally:
-            provider.close()
-        if not url:
-            raise FederationError(f"sites.{site.name}: its Ray cluster is not up; run `fedctl site up {site.name}` first "
-                                  f"(or give sites.{site.name}.ray_address)")
-        out[site.name] = url
-    return out
+def cluster_jobs_api(state: Path, site: Site):
+    """Where a cluster site's Jobs API is now (None while its cluster is down), for its RaySite:
+    read from its Terraform state, so a cluster brought up or down later is followed."""
+    from providers.terraform import JobsApiOf
+
+    return JobsApiOf(terraform_work_dir(state).resolve() / site.name)
 
 
 def build_provider(fed: Federation, site: Site, ledger: RequestLedger, work_dir: Path) -> Provider | None:

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 
 from federation.model import NodeGroup
-from providers.base import CloudProvider, Instance, machine_name
+from providers.base import CloudProvider, Instance, ProviderError, machine_name
 from providers.errors import AUTH, CAPACITY, INVALID, QUOTA, TRANSIENT, ProviderFailure
 
 TFVARS = "federation.auto.tfvars.json"
@@ -42,6 +42,27 @@ def classify(output: str) -> str:
     return next((kind for kind, pattern in MARKERS if re.search(rf"\b(?:{pattern})\b", output)), INVALID)
 
 
+def state_outputs(work: Path) -> dict:
+    """The outputs in a working directory's local Terraform state, read from the file (version 4
+    keeps them under "outputs"): no subprocess, so the Ray site can ask every call."""
+    try:
+        doc = json.loads((Path(work) / "terraform.tfstate").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # never applied, or being written this instant
+        return {}
+    return {k: v.get("value") for k, v in (doc.get("outputs") or {}).items()}
+
+
+class JobsApiOf:
+    """Where a cluster site's Ray Jobs API is now, from its Terraform state (None: it is down).
+    A class, not a closure: it travels to the site's actor."""
+
+    def __init__(self, work: str | Path):
+        self.work = str(work)
+
+    def __call__(self) -> str | None:
+        return state_outputs(Path(self.work)).get("jobs_api_url")
+
+
 class TerraformProvider(CloudProvider):
     def __init__(self, federation: str, site: str, module_dir: str | Path, work_dir: str | Path, groups: dict[str, NodeGroup],
                  variables: dict, env: dict | None = None, apply_timeout_s: float = 900.0, **kw):
@@ -50,6 +71,7 @@ class TerraformProvider(CloudProvider):
         self.variables, self.env, self.apply_timeout_s = variables, env or dict(os.environ), apply_timeout_s
         self.terraform = shutil.which("terraform")
         self._tf_lock = threading.Lock()
+        self._down = None  # the teardown running in the background, if any
 
     # ---- terraform ----
 
@@ -94,11 +116,27 @@ class TerraformProvider(CloudProvider):
         self._run("apply", "-auto-approve", "-input=false")
 
     def outputs(self) -> dict:
-        """The module's outputs as applied ({} before the first apply)."""
-        if not (self.work / "terraform.tfstate").exists():
-            return {}
-        # all outputs, not `output nodes`: after a first apply that failed, the state has no outputs yet
-        return {k: v.get("value") for k, v in json.loads(self._run("output", "-json") or "{}").items()}
+        """The module's outputs as applied ({} before the first apply, and after a destroy)."""
+        return state_outputs(self.work)
+
+    def head_up(self) -> bool:
+        """Whether the module's Ray head exists (its Jobs API is an output)."""
+        return bool(self.outputs().get("jobs_api_url"))
+
+    def teardown(self) -> None:
+        """Destroy the site's cluster in the background (minutes on a cloud); a second call while
+        one runs does nothing. A request made meanwhile waits for it, then applies afresh."""
+        with self._lock:
+            if self._down is not None and not self._down.done():
+                return
+            self._down = self._pool.submit(self._teardown)
+
+    def _teardown(self) -> None:
+        try:
+            self.down()
+        except ProviderFailure as f:
+            with self._lock:
+                self._errors.append(ProviderError("-", f.kind, f"cannot take {self.site}'s cluster down: {f.message}"))
 
     def up(self) -> dict:
         """Apply the site's cluster (its workers as they are) and return the module's outputs."""

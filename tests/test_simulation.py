@@ -345,3 +345,34 @@ def test_a_queue_that_spent_its_monthly_cloud_budget_waits_for_the_fleet_while_o
     assert admit["b2"]["t"] >= finish["t2"] and {p["node"] for p in admit["b2"]["placements"]} <= {p["node"] for p in admit["t2"]["placements"]}
     assert "BurstBudgetExhausted" in [e["reason"] for e in res.events if e["type"] == "pending" and e["job"] == "b2"]
     assert res.ledger.cost["batch"] >= 20
+
+
+def test_a_cluster_site_comes_up_with_its_first_burst_and_goes_down_when_idle(tmp_path):
+    """A site whose whole cluster the federation makes (provider.cluster): its first scale-up
+    waits head_boot_s for the head, its idle nodes go after scale_in_idle_s and the cluster
+    after scale_in_idle_s more with nothing there; the next burst brings it up again."""
+    import yaml
+
+    from federation.config import parse
+    from federation.simulation.engine import Simulator
+
+    doc = yaml.safe_load(CLAIMS)
+    doc["sites"][1] = {"name": "aws", "kind": "aws",
+                       "provider": {"kind": "aws", "region": "us-east-1", "terraform_dir": "infra/terraform/aws", "image_id": "ami-1",
+                                    "ray_auth_token_parameter": "/t/ray-token", "cluster": {"head_boot_s": 900}},
+                       "node_groups": [{"name": "od", "gpu_model": "A100-80GB", "gpus_per_node": 8, "cpus_per_node": 64, "memory_gib_per_node": 512,
+                                        "max_nodes": 4, "price_usd_per_hour": 30, "boot_s": 300, "instance_type": "p4d.24xlarge"}]}
+    fed = parse(yaml.safe_dump(doc), "cluster.yaml")
+    records = [{"id": "fill", "submit_s": 0, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 50000},
+               {"id": "b1", "submit_s": 10, "queue": "batch", "tasks": 1, "gpus_per_task": 8, "duration_s": 1000},
+               {"id": "b2", "submit_s": 20000, "queue": "batch", "tasks": 1, "gpus_per_task": 8, "duration_s": 1000}]
+    res = Simulator(fed, read_jsonl(write_trace(tmp_path, records), fed), SimOptions(seed=1)).run()
+    life = [(e["type"], e["t"]) for e in res.events if e["type"] in ("scale_up", "cluster_up", "node_up", "node_down", "cluster_down")
+            and e.get("site") == "aws"]
+    kinds = [k for k, _ in life]
+    assert kinds == ["scale_up", "cluster_up", "node_up", "node_down", "cluster_down", "scale_up", "cluster_up", "node_up", "node_down", "cluster_down"]
+    t = dict(zip(range(len(life)), (v for _, v in life), strict=True))
+    assert t[2] == t[0] + 900  # the node waited for the head (its own boot is 300 s)
+    b1_end = t[2] + 1000
+    assert t[3] == b1_end + 600 and t[4] == t[3] + 600  # idle node after scale_in_idle_s, the cluster after as long again
+    assert t[7] == t[5] + 900

@@ -24,9 +24,12 @@ import yaml
 from federation.config import parse
 from federation.errors import ConfigError
 from federation.model import NodeGroup, Resources
+from federation.runtime.controller import Controller
+from federation.runtime.sites import RaySite, SiteUnavailable
+from federation.store import RequestLedger, Store
 from providers.base import TAG_FEDERATION, TAG_REQUEST
 from providers.errors import INVALID
-from providers.factory import cluster_addresses, cluster_provider
+from providers.factory import cluster_jobs_api, cluster_provider
 from providers.terraform import TerraformProvider
 from tests.conftest import ROOT
 from tests.fakes.faulty import FaultyProxy, ec2_error
@@ -92,7 +95,7 @@ def test_gcp_module_makes_gpu_spot_workers_that_join_ray_with_the_token():
     [sched] = res["scheduling"]
     assert '"SPOT"' in sched["provisioning_model"] and "spot" in sched["preemptible"]
     script = res["metadata"]["startup-script"]
-    assert "ray start --address=${local.ray_address}" in script and "federation-node/${each.key}" in script and "${local.auth}" in script
+    assert "until ray start --address=${local.ray_address}" in script and "federation-node/${each.key}" in script and "${local.auth}" in script
 
 
 def test_gcp_module_makes_a_whole_cluster_when_asked():
@@ -243,8 +246,9 @@ def test_site_up_makes_a_whole_burst_cluster_that_workers_join_and_site_down_lea
     assert any(g["GroupId"] == sg["GroupId"] for p in sg["IpPermissions"] for g in p.get("UserIdGroupPairs", []))
     assert head["IamInstanceProfile"]["Arn"].endswith(f"/{fed}-aws-node")
 
-    # `fedctl up` reads the site's Jobs API from the module's outputs
-    assert cluster_addresses(parse(cfg.read_text(), str(cfg)), state) == {"aws": outputs["jobs_api_url"]}
+    # the controller's RaySite finds the site's Jobs API where the module's state says
+    locate = cluster_jobs_api(state, parse(cfg.read_text(), str(cfg)).site("aws"))
+    assert locate() == outputs["jobs_api_url"]
 
     # the federation scales workers in the same state: they join this head, and the head stays
     monkeypatch.setenv("TF_CLI_CONFIG_FILE", tf_env["TF_CLI_CONFIG_FILE"])
@@ -274,12 +278,66 @@ def test_site_up_makes_a_whole_burst_cluster_that_workers_join_and_site_down_lea
     gone = fedctl(tf_env, "site", "down", "aws", "--config", str(cfg), "--state", str(state), "--force")
     assert gone.returncode == 0, gone.stderr
     assert tagged(moto_server, fed) == {k: [] for k in made}
+    assert locate() is None
 
 
-def test_fedctl_up_refuses_a_cluster_site_that_is_not_up_and_says_how(tf_env, tmp_path):
-    cfg = cluster_config(tmp_path, "notup", "http://127.0.0.1:9")
-    proc = fedctl(tf_env, "up", "--config", str(cfg), "--state", str(tmp_path / "state.sqlite"))
-    assert proc.returncode == 2 and "fedctl site up aws" in proc.stderr and "Traceback" not in proc.stderr
+def test_a_cluster_that_is_down_is_an_unavailable_site_that_says_how_it_comes_up():
+    site = RaySite("aws", None, lambda: None)
+    with pytest.raises(SiteUnavailable, match="cluster is down; its next scale-up brings it up"):
+        site.status("j-0")
+    assert site.joined() is None  # cannot be asked: nothing is judged lost or ready on it
+
+
+@needs_terraform
+def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_down_when_idle(tmp_path):
+    """The lifecycle through the live controller and real terraform (a stand-in module of
+    terraform_data with the AWS module's interface, so it runs here in seconds): a gang's burst
+    applies the head with the workers; the job goes away, the idle workers are released after
+    scale_in_idle_s, and after scale_in_idle_s more with nothing there the whole cluster is
+    destroyed; the site's Jobs API is then gone from the state its RaySite reads."""
+    from providers.terraform import JobsApiOf
+
+    fed = parse(yaml.safe_dump({**yaml.safe_load(cluster_config(tmp_path, "life", "http://127.0.0.1:9").read_text()),
+                                "queues": [{"name": "team", "deserved": {"gpu": 8}, "burst": True}],
+                                "policies": {"burst": {"enabled": True, "pending_wait_s": 60, "scale_in_idle_s": 300, "budget_usd_per_hour": 100}}}), "f.yaml")
+    clock = [1_800_000_000.0]
+    ledger = RequestLedger(tmp_path / "state.db")
+    site = fed.site("aws")
+    work = tmp_path / "work"
+    prov = TerraformProvider(fed.name, "aws", ROOT / "tests/data/tf-cluster", work, {g.name: g for g in site.node_groups},
+                             {"federation": fed.name, "site": "aws"}, ledger=ledger, clock=lambda: clock[0])
+
+    class Joined(RaySite):
+        def joined(self):
+            return {n.name for n in prov.list_nodes() or []}
+
+    sites = {"idc": Joined("idc", "http://127.0.0.1:9"), "aws": Joined("aws", None, JobsApiOf(work))}
+    lines: list[str] = []
+    ctl = Controller(fed, Store(tmp_path / "state.db"), sites, clock=lambda: clock[0], providers={"aws": prov}, ledger=ledger, log=lines.append)
+    try:
+        ctl.submit({"entrypoint": "python train.py", "submission_id": "big", "metadata": {"queue": "team", "tasks": "2", "gpus_per_task": "8"}})
+        ctl.tick()
+        assert not prov.head_up()
+        clock[0] += 61
+        ctl.tick()
+        prov.wait(120)
+        assert prov.head_up() and len(prov.list_nodes()) == 2 and ctl.store.get("big").reason == "WaitingForBurst"
+        ctl.stop("big")
+        for _ in range(2):  # the nodes come and idle; then they are given back
+            clock[0] += 301
+            ctl.tick()
+        clock[0] += 1
+        ctl.tick()
+        clock[0] += 298
+        ctl.tick()
+        assert prov.list_nodes() == [] and prov.head_up()  # the head stays while the site has been empty less than scale_in_idle_s
+        clock[0] += 2
+        ctl.tick()
+        prov._down.result(120)
+        assert not prov.head_up() and JobsApiOf(work)() is None and prov.errors() == []
+        assert any("taking its cluster down" in line for line in lines)
+    finally:
+        prov.close()
 
 
 def test_site_up_is_only_for_sites_whose_cluster_the_module_makes(tf_env, tmp_path):

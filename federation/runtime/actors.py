@@ -30,7 +30,7 @@ from federation.runtime.controller import Controller
 from federation.runtime.mig import live_mig
 from federation.runtime.sites import RaySite, SiteUnavailable
 from federation.store import RequestLedger, Store
-from providers.factory import KINDS, build_provider, terraform_work_dir
+from providers.factory import KINDS, build_provider, cluster_jobs_api, terraform_work_dir
 
 CALL_TIMEOUT_S = 300.0  # the longest one call may take: a Terraform apply is the slowest
 
@@ -178,14 +178,16 @@ def start_actors(fed: Federation, state: Path, site_parts: dict[str, dict[str, t
     return ray.get(ctl.url.remote(), timeout=CALL_TIMEOUT_S), sites, [*migs.values(), ctl]
 
 
-def site_parts(fed: Federation, state: Path, address: dict[str, str], local_provider: dict[str, tuple]) -> dict[str, dict]:
-    """Each connected site's factories: its Ray cluster at `address[site]`, and its provider:
-    a local one from `local_provider[site]` (LocalProvider's arguments), or the config's."""
+def site_parts(fed: Federation, state: Path, address: dict[str, str | None], local_provider: dict[str, tuple]) -> dict[str, dict]:
+    """Each connected site's factories: its Ray cluster at `address[site]` (None: a cluster the
+    federation makes, found where its Terraform state says), and its provider: a local one from
+    `local_provider[site]` (LocalProvider's arguments), or the config's."""
     from providers.local import LocalProvider
 
     out = {}
     for name, addr in address.items():
-        parts: dict[str, tuple[Callable, tuple]] = {"ray": (RaySite, (name, addr))}
+        locate = cluster_jobs_api(state, fed.site(name)) if addr is None else None
+        parts: dict[str, tuple[Callable, tuple]] = {"ray": (RaySite, (name, addr, locate))}
         kind = getattr(fed.site(name).provider, "kind", None)
         if name in local_provider:
             parts["provider"] = (LocalProvider, local_provider[name])

@@ -194,7 +194,7 @@ class Controller:
         cloud = tuple(n for n in nodes if n.site in self.providers)
         d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
                                         tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues(),
-                                        self.ledger.spend_by(self._month(now), "queue")))
+                                        self.ledger.spend_by(self._month(now), "queue"), self._heads()))
         self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
@@ -425,6 +425,22 @@ class Controller:
         for site, names in by_site.items():
             self.providers[site].release(names)
             self.log(f"{site}: released {len(names)} idle node(s) (idle {self.fed.policies.burst.scale_in_idle_s:g} s): {', '.join(names)}")
+        for site in d.teardown:
+            self.providers[site].teardown()
+            self.log(f"{site}: nothing there for {self.fed.policies.burst.scale_in_idle_s:g} s; taking its cluster down "
+                     "(its next scale-up brings it up again)")
+
+    def _heads(self) -> frozenset[str]:
+        """Cluster sites (provider.cluster) whose Ray head is up: the cycle takes an idle one down."""
+        up = set()
+        for site, provider in self.providers.items():
+            if self.fed.site(site).cluster is not None:
+                try:
+                    if provider.head_up():
+                        up.add(site)
+                except SiteUnavailable:
+                    pass  # not known now: nothing is taken down on a guess
+        return frozenset(up)
 
     def _local(self, now: float) -> datetime:
         return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 import requests
 
@@ -28,19 +29,31 @@ class SiteRejected(FederationError):
 
 
 class RaySite:
-    def __init__(self, name: str, address: str):
-        self.name, self.address = name, address
-        self._client = None
+    """`address`, or for a site whose cluster the federation makes and takes down, `locate`: where
+    its Jobs API is now (None while it is down), asked on every call."""
+
+    def __init__(self, name: str, address: str | None, locate: Callable[[], str | None] | None = None):
+        self.name, self._address, self._locate = name, address, locate
+        self._client, self._client_at = None, None
+
+    @property
+    def address(self) -> str:
+        found = self._address or (self._locate() if self._locate else None)
+        if not found:
+            raise SiteUnavailable(f"site {self.name}: its Ray cluster is down; its next scale-up brings it up "
+                                  f"(or `fedctl site up {self.name}`)")
+        return found
 
     @property
     def client(self):
-        if self._client is None:
+        address = self.address
+        if self._client is None or self._client_at != address:  # a cluster brought up again has a new head
             from ray.job_submission import JobSubmissionClient
 
             try:
-                self._client = JobSubmissionClient(self.address)
+                self._client, self._client_at = JobSubmissionClient(address), address
             except (ConnectionError, RuntimeError) as e:
-                raise SiteUnavailable(f"site {self.name}: cannot reach its Ray cluster at {self.address}: {e}") from None
+                raise SiteUnavailable(f"site {self.name}: cannot reach its Ray cluster at {address}: {e}") from None
         return self._client
 
     def submit(self, dispatch_id: str, entrypoint: str, runtime_env: dict, allocation: dict, metadata: dict | None = None) -> None:
@@ -88,7 +101,11 @@ class RaySite:
 
     def joined(self) -> set[str] | None:
         """The federation nodes that have joined this site's Ray cluster (None: it cannot be asked now)."""
-        return joined_nodes(self.address, ray_headers())
+        try:
+            address = self.address
+        except SiteUnavailable:
+            return None
+        return joined_nodes(address, ray_headers())
 
     def status(self, dispatch_id: str) -> str | None:
         try:

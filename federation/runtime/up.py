@@ -16,7 +16,7 @@ from federation.model import Federation
 from federation.runtime.access import load_tokens, subtrees
 from federation.runtime.actors import log_path, site_parts, start_actors
 from federation.runtime.localray import LocalCluster, start_local_ray
-from providers.factory import cluster_addresses
+from providers.factory import cluster_jobs_api
 
 CLUSTER_CHECK_S = 5.0  # how often `fedctl up` checks that its Ray cluster is still there
 
@@ -58,7 +58,6 @@ def start(fed: Federation, state: Path, cycle_s: float, listen: str, tokens: dic
     host, _, port = listen.rpartition(":")
     if not port.isdigit():
         raise FederationError(f"api.listen: {listen!r} is not HOST:PORT")
-    clusters = cluster_addresses(fed, state)  # before anything starts: a site that is not up is an error
     local = [s for s in fed.sites if s.kind == "local" and not s.ray_address]
     # the controller runs on this cluster even when every site is a remote one (then it is a head only)
     fixed = config_nodes(fed, [s.name for s in local])
@@ -82,7 +81,12 @@ def start(fed: Federation, state: Path, cycle_s: float, listen: str, tokens: dic
         # the actors' log is a file `run_up` follows (see actors._log), not their forwarded prints
         ray.init(address=gcs, namespace=f"federation-{fed.name}", logging_level="WARNING", log_to_driver=False)
         address = ({s.name: dashboard for s in fixed_sites} | {n: c.dashboard for n, c in burst.items()}
-                   | clusters | {s.name: s.ray_address for s in fed.sites if s.ray_address})
+                   | {s.name: None for s in fed.sites if s.cluster is not None} | {s.name: s.ray_address for s in fed.sites if s.ray_address})
+        for s in fed.sites:
+            if s.cluster is not None and not s.ray_address:
+                where = cluster_jobs_api(state, s)()
+                log(f"site {s.name}: its cluster is {f'up, Jobs API at {where}' if where else 'down'}; it comes up with its first "
+                    f"scale-up and goes down after {fed.policies.burst.scale_in_idle_s:g} s with nothing there")
         # a local burst site's "cloud nodes" are Ray workers started on this machine on demand, in its cluster
         workers = {n: (n, c, getattr(fed.site(n).provider, "start_delay_s", 0.0)) for n, c in burst.items()}
         parts = site_parts(fed, state, address, workers)

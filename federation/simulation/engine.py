@@ -101,6 +101,7 @@ class Simulator:
         self.cloud: dict[str, str] = {}  # cloud node -> the request that made it
         self.bought_for: dict[str, tuple[str, ...]] = {}  # cloud node -> the jobs its request was made for
         self.in_flight: dict[str, burst_policy.InFlight] = {}
+        self.heads: dict[str, float] = {}  # cluster site (provider.cluster) -> when its head is (or will be) up
         self.failed: list[ProvisionFailure] = []  # since the last cycle
         self.ledger = Ledger()
         self.samples: list[dict] = []
@@ -438,7 +439,8 @@ class Simulator:
         obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.nodes[n] for n in self.cloud), tuple(self.running.values()), self.pending, self.arrived,
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
                           self.ledger.total_cost - self.month_base_usd, self.bought_for,
-                          queue_month_spend_usd={q: usd - self.month_base_queue.get(q, 0.0) for q, usd in costs.items()})
+                          queue_month_spend_usd={q: usd - self.month_base_queue.get(q, 0.0) for q, usd in costs.items()},
+                          heads=frozenset(self.heads))
         self.arrived, self.submitted, self.failed = set(), [], []
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
@@ -461,6 +463,9 @@ class Simulator:
         for name in d.release:
             self.cloud_stats["scale_downs"] += 1
             self._node_down(t, name)
+        for site in d.teardown:
+            del self.heads[site]
+            self.emit(t, "cluster_down", site=site)
         if d.release or d.cancel:
             self.push(t, "timer", "decide")  # capacity changed: decide again at once, as the next live tick would
         if d.wake_at is not None and d.wake_at != self.decide_at:
@@ -479,11 +484,17 @@ class Simulator:
         self.in_flight[req_id] = burst_policy.InFlight(req_id, up.site, up.group, up.count, t, up.jobs)
         self.cloud_stats["scale_ups"] += 1
         self.emit(t, "scale_up", site=up.site, node_group=up.group, count=up.count, jobs=list(up.jobs))
+        head_s = 0.0
+        if site.cluster is not None:  # a cluster that is down comes up first: its workers join its head
+            if up.site not in self.heads:
+                self.heads[up.site] = t + site.cluster.head_boot_s
+                self.emit(t, "cluster_up", site=up.site, ready_s=self.heads[up.site])
+            head_s = self.heads[up.site]
         for i in range(up.count):  # a node slower than provisioning_timeout_s is given up on by the cycle
             if self.rng.random() < failure_rate:
                 self.push(t + FAIL_AFTER_S, "failed", req_id, i)
             else:
-                self.push(t + g.boot_s * self.rng.uniform(*self.opt.boot_jitter), "ready", req_id, i)
+                self.push(max(head_s, t + g.boot_s * self.rng.uniform(*self.opt.boot_jitter)), "ready", req_id, i)
 
     def _sample_until(self, t: float) -> None:
         while self.next_sample <= t:

@@ -20,8 +20,9 @@ locals {
     set -euo pipefail
     ${local.auth}
     NAME="$${FEDERATION_NODE:-$(curl -s http://169.254.169.254/latest/meta-data/instance-id)}"
-    ray start --address=${local.ray_address} --num-gpus=$(nvidia-smi -L | wc -l) \
-      --resources="{\"federation-node/$NAME\": 1}" --disable-usage-stats
+    # a cluster brought up with its first workers: the head may still be starting
+    until ray start --address=${local.ray_address} --num-gpus=$(nvidia-smi -L | wc -l) \
+      --resources="{\"federation-node/$NAME\": 1}" --disable-usage-stats; do sleep 10; done
   EOT
 }
 

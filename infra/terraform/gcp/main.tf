@@ -112,9 +112,10 @@ resource "google_compute_instance" "node" {
       #!/bin/bash
       set -euo pipefail
       ${local.auth}
-      ray start --address=${local.ray_address} --num-gpus=${var.node_groups[each.value.group].gpus} \
+      # a cluster brought up with its first workers: the head may still be starting
+      until ray start --address=${local.ray_address} --num-gpus=${var.node_groups[each.value.group].gpus} \
         --num-cpus=${var.node_groups[each.value.group].cpus} \
-        --resources='{"federation-node/${each.key}": 1}' --disable-usage-stats
+        --resources='{"federation-node/${each.key}": 1}' --disable-usage-stats; do sleep 10; done
     EOT
   }
 

@@ -51,8 +51,8 @@ run "a_whole_cluster_network_head_and_workers" {
     error_message = "the outputs name the head's GCS address and Jobs API"
   }
   assert {
-    condition     = strcontains(aws_instance.node["p4d-spot-r1-1"].user_data, "ray start --address=10.42.0.7:6379")
-    error_message = "workers join the module's own head"
+    condition     = strcontains(aws_instance.node["p4d-spot-r1-1"].user_data, "until ray start --address=10.42.0.7:6379")
+    error_message = "workers join the module's own head, waiting for it while it starts"
   }
   assert {
     condition     = length(aws_instance.node) == 3 && aws_instance.node["p4d-spot-r1-0"].instance_type == "p4d.24xlarge"
