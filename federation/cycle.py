@@ -176,7 +176,8 @@ class DecisionCycle:
                            or (self.full_every_s is not None and now - self.last_full_s >= self.full_every_s))
         reservations = last.reservations if last else {}
         snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full),
-                        queues, covered, reservations, over, upcoming, claims, obs.stopped)
+                        queues, covered, reservations, over, upcoming, claims, obs.stopped,
+                        last.consolidating if last else {}, last.moving if last else {})
         state = self.state or CycleState.build(snap, self.strategy)
         state.quota.past = past
         plan = out.plan = schedule(snap, now, state)

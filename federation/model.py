@@ -319,7 +319,7 @@ class Admission:
 @dataclass(frozen=True)
 class Preemption:
     job_id: str
-    reason: str  # Reclaim | Priority | QuotaShrink | WindowPrepare | QueueDrained
+    reason: str  # Reclaim | Priority | Consolidation | QuotaShrink | WindowPrepare | QueueDrained
     for_job: str | None = None
 
 
@@ -345,3 +345,7 @@ class Plan:
     over_capability_since: dict[str, float] = field(default_factory=dict)  # queue -> since when (QuotaShrink)
     wake_at_s: float | None = None  # the next time a decision may change with nothing else happening
     unclaimed: tuple[str, ...] = ()  # jobs whose quota does not let them start on the cloud nodes bought for them: those are everyone's now
+    # job -> (nodes, until): the nodes consolidation is emptying for it, which no other job may take until then
+    consolidating: dict[str, tuple[tuple[str, ...], float]] = field(default_factory=dict)
+    # mover -> (where it goes, until): held for it while it stops, and where it starts again
+    moving: dict[str, tuple[tuple[TaskPlacement, ...], float]] = field(default_factory=dict)

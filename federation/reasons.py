@@ -21,6 +21,7 @@ class Reason(StrEnum):
     NoFeasibleNode = "NoFeasibleNode"
     WaitingForCapacity = "WaitingForCapacity"
     WaitingForReclaim = "WaitingForReclaim"
+    Consolidating = "Consolidating"
     ReservedForGang = "ReservedForGang"
     ReservedForQueue = "ReservedForQueue"
     # the cloud (policies.burst)
@@ -44,6 +45,7 @@ MEANING: dict[Reason, str] = {
     Reason.NoFeasibleNode: "no node type at its queue's sites can ever hold one of its tasks",
     Reason.WaitingForCapacity: "quota allows it, but no site has room for the whole gang now; it runs as jobs end (its nodes may be reserved for it)",
     Reason.WaitingForReclaim: "jobs are being preempted (within their grace period) to make room for it",
+    Reason.Consolidating: "the GPUs it needs are free but scattered: smaller jobs are being moved to other nodes (stopped within their grace, then started there) to make room",
     Reason.ReservedForGang: "the nodes that would fit it are reserved for a larger waiting gang",
     Reason.ReservedForQueue: "the free GPUs are held for another queue's guarantee on its sites",
     Reason.WaitingForBurst: "cloud nodes are being provisioned for it",

@@ -7,6 +7,8 @@ One cycle, in the manner of Kueue's scheduler:
   3. assign  each job in that order: capability, quota, then a gang placement on one site.
   4. preempt where a job within its share (reclaim) or of higher priority (inside its queue)
              cannot start: the fewest victims that make room; they get `grace_s` to stop.
+             Where the GPUs are free but scattered, consolidate (KAI's): move the fewest
+             preemptible jobs that fit elsewhere, and hold the emptied nodes for the gang.
   5. reserve nodes for a starving gang, so that a stream of small jobs cannot overtake it
              forever: the first blocked gang per site reserves the nodes it will get, and later
              jobs in the cycle may not use them (they backfill elsewhere).
@@ -60,6 +62,8 @@ class Snapshot:
     upcoming_reserves: dict[str, int] = field(default_factory=dict)  # queue -> GPU milli a window about to open reserves
     claims: dict[str, tuple[str, ...]] = field(default_factory=dict)  # cloud node -> the waiting jobs it was bought for (only they may use it)
     stopped: dict[str, str] = field(default_factory=dict)  # queue -> "pause" (admit nothing) or "drain" (and stop what runs), by an operator
+    consolidating: dict[str, tuple[tuple[str, ...], float]] = field(default_factory=dict)  # kept from the last plan
+    moving: dict[str, tuple[tuple[TaskPlacement, ...], float]] = field(default_factory=dict)  # kept from the last plan
 
 
 @dataclass
@@ -141,6 +145,10 @@ class _Cycle:
         self.holds = Holds(self.quota, self.cluster, snap.upcoming_reserves)
         self.requests_of: dict[str, Resources] = {}  # job -> what it asks to start, for the fair-share order
         self.wake_at: float | None = None
+        # nodes being emptied for a gang by consolidation, until it starts or the hold lapses
+        self.consolidating = {j: v for j, v in snap.consolidating.items() if v[1] > now}
+        self.moving = {j: v for j, v in snap.moving.items() if v[1] > now}
+        self.held: list[tuple[JobSpec, tuple[TaskPlacement, ...]]] = []  # movers' places applied for this cycle only
 
     # Indexes of the running jobs, built only when a cycle first considers preemption: most
     # cycles never do, and with tens of thousands of running jobs they would dominate.
@@ -157,10 +165,17 @@ class _Cycle:
         return out
 
     def run(self) -> Plan:
+        try:
+            return self._run()
+        finally:
+            for spec, placements in self.held:
+                self.cluster.apply(spec, placements, -1)
+
+    def _run(self) -> Plan:
         # Jobs that cloud nodes were bought for start on them first: that capacity is theirs, and
         # what they leave of it is everyone's in this same cycle. Anything else (other nodes, a
         # claimant its nodes do not fit) goes in fair-share order, as always.
-        started = set()
+        started = self._move() if self.moving else set()
         if self.claims:
             claimants = {j for jobs in self.claims.values() for j in jobs}
             for job in sorted((j for j in self.snap.pending if j.id in claimants), key=lambda j: (-j.priority, j.submit_s, j.id)):
@@ -178,7 +193,36 @@ class _Cycle:
                 self.preemptions.append(Preemption(r.spec.id, "WindowPrepare"))
         over = self._shrink()
         return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over, self.wake_at,
-                    tuple(self.unclaimed))
+                    tuple(self.unclaimed), self.consolidating, self.moving)
+
+    def _move(self) -> set[str]:
+        """Jobs consolidation moves: one that has stopped starts where it was planned to go, first
+        (the place was held for it); for one still stopping, that place stays held this cycle."""
+        pending = {j.id: j for j in self.snap.pending if j.id in self.moving}
+        running = {r.spec.id: r.spec for r in self.running if r.spec.id in self.moving}
+        started = set()
+        for job_id, (placements, _) in list(self.moving.items()):
+            spec = pending.get(job_id) or running.get(job_id)
+            try:
+                if spec is not None:
+                    self.cluster.apply(spec, placements)
+            except SnapshotError:  # the place is no longer there (a node went): it queues as any job
+                spec = None
+            if spec is None:
+                del self.moving[job_id]
+            elif job_id in running:
+                self.held.append((spec, placements))
+            else:
+                del self.moving[job_id]
+                verdict = self.quota.check(spec.queue, spec.per_task.times(len(placements)))
+                site = self.cluster.nodes[placements[0].node].node.site
+                if verdict.ok and self._admit(spec, site, list(placements), verdict.borrowing) is None:
+                    started.add(job_id)
+                elif verdict.ok:
+                    pass  # a hold took it back (_admit undid the placement)
+                else:
+                    self.cluster.apply(spec, placements, -1)
+        return started
 
     def _stopped(self, leaf: str) -> str | None:
         """The queue on `leaf`'s path an operator paused or drained, if any."""
@@ -293,6 +337,8 @@ class _Cycle:
                 self._request_capacity(job)
             return
         shape = (tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile)
+        if job.id in self.consolidating:  # nodes held for it are blocked for its like: its own shape
+            shape += (job.id,)
         held_by = None
         if shape not in self.no_fit:
             grown = self._elastic_cap(job)
@@ -316,7 +362,7 @@ class _Cycle:
         reason = self.failed.get(pkey)
         if reason is None:
             may = self._may_preempt(job)
-            if may and self._try_preempt(job, sites):
+            if may and (self._try_preempt(job, sites) or self._consolidate(job, sites, need)):
                 return
             reason = self._capacity_reason(job, sites, need)
             if may and job.id not in self.reservations:  # what failed for this job fails for its like
@@ -337,6 +383,7 @@ class _Cycle:
         self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=borrowing))
         if self.claims:
             self._unclaim(job.id)
+        self.consolidating.pop(job.id, None)
         return None
 
     def _start_on_claimed(self, job: JobSpec) -> bool:
@@ -418,6 +465,86 @@ class _Cycle:
         self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
         return True
 
+    #: how many of a site's running jobs consolidation weighs moving, least work lost first
+    CONSOLIDATION_CANDIDATES = 32
+    #: how long the emptied nodes stay held for the gang beyond the movers' grace period
+    CONSOLIDATION_HOLD_S = 300.0
+
+    def _consolidate(self, job: JobSpec, sites: list[str], need: Resources) -> bool:
+        """KAI's consolidation. The gang passes quota and its site has the GPUs free, but not on
+        nodes it fits: move the fewest preemptible jobs (least work lost first: latest started,
+        then smallest) that can all run elsewhere on the site with the gang placed, and hold the
+        nodes they leave for the gang. Movers are preempted (`grace_s`) and queued again; no
+        other job may take the held nodes, so they restart elsewhere, and the gang starts once
+        they have stopped."""
+        if not (self.policies.preemption.consolidation and need.gpu_milli):
+            return False
+        budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
+        blocked = self._blocked_for(job)
+        for site in sites:
+            free = sum(st.free_gpu_milli for name, st in self.cluster.nodes.items() if st.node.site == site and name not in blocked)
+            if free < need.gpu_milli:
+                continue  # not fragmentation: the site has not the GPUs free
+            movable = sorted((r for r in self.running if r.site == site and r.spec.preemptible and not r.preempting and r.spec.id not in self.victims
+                              and r.usage.gpu_milli),
+                             key=lambda r: (-r.started_s, r.usage.gpu_milli, r.spec.id))[:self.CONSOLIDATION_CANDIDATES]
+            chosen: list[RunningJob] = []
+            plan = None
+            for r in movable:
+                if len(chosen) >= budget:
+                    break
+                chosen.append(r)
+                plan = self._moved(job, site, chosen)
+                if plan is not None:
+                    break
+            if plan is None:
+                continue
+            for r in list(reversed(chosen)):  # the fewest: drop any mover not needed
+                rest = [v for v in chosen if v is not r]
+                if rest and (p := self._moved(job, site, rest)) is not None:
+                    chosen, plan = rest, p
+            target, places = plan
+            until = self.now + self.policies.preemption.grace_s + self.CONSOLIDATION_HOLD_S
+            for r in chosen:
+                self.victims.add(r.spec.id)
+                self.stopping.append(r)
+                self.preemptions.append(Preemption(r.spec.id, "Consolidation", for_job=job.id))
+                self.moving[r.spec.id] = (places[r.spec.id], until)
+                self.cluster.apply(r.spec, places[r.spec.id])  # its new place is taken from now on
+                self.held.append((r.spec, places[r.spec.id]))
+            self.consolidating[job.id] = (target, until)
+            self.pending[job.id] = PendingReason("Consolidating", f"moving {', '.join(r.spec.id for r in chosen)} off {', '.join(target)} "
+                                                 "to make room", job.request())
+            return True
+        return False
+
+    def _moved(self, job: JobSpec, site: str, movers: list[RunningJob]) -> tuple[tuple[str, ...], dict[str, tuple[TaskPlacement, ...]]] | None:
+        """The nodes `job` would take at `site` were `movers` gone, and where each mover would go
+        instead, if each fits elsewhere on the site (a dry run: the state is restored)."""
+        topology = self.policies.placement.gang_topology
+        for v in movers:
+            self.cluster.apply(v.spec, v.placements, -1)
+        undo: list[tuple[JobSpec, list[TaskPlacement]]] = []
+        try:
+            placed = place_gang(self.cluster, job, site, self.strategy, topology, self._blocked_for(job))
+            if placed is None:
+                return None
+            undo.append((job, placed))
+            places = {}
+            for v in movers:
+                spec = replace(v.spec, tasks=len(v.placements), min_tasks=None)
+                again = place_gang(self.cluster, spec, site, self.strategy, topology, self._blocked_for(v.spec))
+                if again is None:
+                    return None
+                undo.append((spec, again))
+                places[v.spec.id] = tuple(again)
+            return tuple(sorted({p.node for p in placed})), places
+        finally:
+            for spec, placements in reversed(undo):
+                self.cluster.apply(spec, placements, -1)
+            for v in movers:
+                self.cluster.apply(v.spec, v.placements)
+
     def _fits_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
         """Would `job` pass quota and place if the `gone` jobs had stopped? (State is restored.)"""
         for v in gone:
@@ -456,17 +583,23 @@ class _Cycle:
                     del self.claims[node]
 
     def _blocked_for(self, job: JobSpec) -> frozenset[str]:
-        """Nodes `job` may not take: those reserved for a gang, and cloud nodes bought for other jobs."""
-        if not self.claims:
-            return frozenset(self.blocked)
-        return frozenset(self.blocked).union(n for n, jobs in self.claims.items() if job.id not in jobs)
+        """Nodes `job` may not take: those reserved for a gang, cloud nodes bought for other jobs,
+        and nodes consolidation is emptying for another gang."""
+        out = frozenset(self.blocked)
+        if self.claims:
+            out = out.union(n for n, jobs in self.claims.items() if job.id not in jobs)
+        if self.consolidating:
+            out = out.union(n for j, (nodes, _) in self.consolidating.items() if j != job.id for n in nodes)
+        return out
 
     def _capacity_reason(self, job: JobSpec, sites: list[str], need: Resources) -> PendingReason:
         blocked = self._blocked_for(job)
         if blocked and self._could_place(job, sites, frozenset()):
-            if self._could_place(job, sites, frozenset(self.blocked)):  # only cloud nodes bought for others would hold it
-                holders = sorted({j for n in blocked - self.blocked for j in self.claims[n]})
-                return PendingReason("ReservedForGang", f"the nodes that would fit it were bought for {', '.join(holders)}, which wait(s) to start on them", need)
+            if self._could_place(job, sites, frozenset(self.blocked)):  # only nodes bought for others, or emptied for them, would hold it
+                held = blocked - self.blocked
+                holders = sorted({j for n in held for j in self.claims.get(n, ())}
+                                 | {j for j, (nodes, _) in self.consolidating.items() if j != job.id and held.intersection(nodes)})
+                return PendingReason("ReservedForGang", f"the nodes that would fit it are held for {', '.join(holders)}, which wait(s) to start on them", need)
             holder = next(iter(self.reservations))
             return PendingReason("ReservedForGang", f"the nodes that would fit it are reserved for gang {holder}", need)
         if job.per_task.gpu_milli >= GPU and self._reserve(job, sites):

@@ -200,6 +200,9 @@ class PreemptionPolicy(Strict):
     # capacity can thrash between two queues, each reclaiming what the other just started);
     # priority preemption inside a queue is not held back. 0 keeps reclaim immediate.
     reclaim_min_runtime_s: NonNegativeFloat = 0.0
+    # KAI's consolidation: a gang that fragmentation alone keeps out (the site has the GPUs free,
+    # but not on the nodes it needs) moves the fewest preemptible jobs that can run elsewhere
+    consolidation: bool = True
 
 
 class FairSharePolicy(Strict):

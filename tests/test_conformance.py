@@ -73,6 +73,11 @@ class Run:
                 out.setdefault(e["job"], e["t"])
         return out
 
+    def nodes(self, job: str, nth: int = 0) -> set[str]:
+        """The nodes of the job's `nth` admission."""
+        admits = [e for e in self.events if e["type"] == "admit" and e["job"] == job]
+        return {p["node"] for p in admits[nth]["placements"]} if len(admits) > nth else set()
+
     def preempted(self) -> dict[str, str]:
         return {e["job"]: e["reason"] for e in self.events if e["type"] == "preempt"}
 
@@ -135,6 +140,26 @@ def expect_preempted(*victims, reason=None, then=None):
             assert set(got.values()) <= {reason}, got
         if then:
             then(r)
+    return check
+
+
+def expect_consolidated(gang: str, *movers: str, by: float):
+    """The movers alone are preempted, for consolidation, and start again on other nodes; the gang
+    starts by `by` on nodes a mover left."""
+    def check(r: Run):
+        expect_preempted(*movers, reason="Consolidation")(r)
+        for m in movers:
+            assert r.nodes(m, 1) and not (r.nodes(m, 1) & r.nodes(m, 0)), f"{m} ran on {r.nodes(m, 0)}, then {r.nodes(m, 1)}"
+        assert r.start(gang) is not None and r.start(gang) <= by, f"{gang} started at {r.start(gang)}"
+        assert r.nodes(gang) & set().union(*(r.nodes(m, 0) for m in movers)), f"{gang} on {r.nodes(gang)}"
+    return check
+
+
+def expect_waits(*jobs, until=10_000.0):
+    """The jobs do not start before `until` (when the jobs holding the cluster end)."""
+    def check(r: Run):
+        for job in jobs:
+            assert r.start(job) is None or r.start(job) >= until, f"{job} started at {r.start(job)}"
     return check
 
 
@@ -482,11 +507,42 @@ CASES = [
          expect=expect_starts(w1=100)),
     Case("a borrowing queue's job waits when the cluster is full of others' work within their shares", "Kueue: borrowing needs free quota", Q2,
          [J("q0-a", "q0", gpus=2), J("q1-a", "q1", gpus=2), J("q0-b", "q0", at=1)], expect=both(expect_preempted(), expect_starts(**{"q0-b": 10_000}))),
-    # ---- what we do not do (yet): recorded so that the day it lands, these say so ----
-    Case("1 train job of 1 GPU running on node0, 1 train job of 1 GPU running on node 0, 1 pending job of 2 GPUs - consolidate", "KAI consolidation_test.go",
-         "  - {name: q0, deserved: {gpu: 4}}", [J("a", "q0", gpus=1), J("hold", "q0", gpus=1), J("b", "q0", gpus=1, at=1), J("two", "q0", at=2, gpus=2)],
-         nodes=[(2, 2)], expect=lambda r: (r.start("two") is None or r.start("two") >= 10_000) or pytest.fail(str(r.starts())),
-         differs="no consolidation yet (issue 19): the 2-GPU job waits for a node to empty; KAI moves a 1-GPU job to make room"),
+    # ---- consolidation (KAI consolidation_test.go): r0 and f fill node0, r1 (and r2) go to node1,
+    # then f ends, leaving the free GPUs split between the two 4-GPU nodes ----
+    Case("2 jobs of 1 task running on different GPUs, two pending jobs, only first can be consolidated", "KAI consolidation_test.go",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J("r0", "q0", gpus=2), J("f", "q0", gpus=2, dur=50), J("r1", "q0", at=1, gpus=2), J("p0", "q0", at=60, gpus=3), J("p1", "q0", at=61, gpus=2)],
+         nodes=[(2, 4)], expect=both(expect_consolidated("p0", "r1", by=60 + GRACE + 5), expect_waits("p1")),
+         differs="KAI pipelines the move within one session; ours preempts r1 (grace_s) and holds the node it leaves for p0 until r1 restarts elsewhere"),
+    Case("2 jobs of 2 & 1 GPUs running, two pending jobs, only second can be consolidated", "KAI consolidation_test.go",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J("r0", "q0", gpus=2), J("f", "q0", gpus=2, dur=50), J("r1", "q0", at=1, gpus=1), J("r2", "q0", at=1, gpus=2),
+          J("p0", "q0", at=60, gpus=2, tasks=2), J("p1", "q0", at=61, gpus=3)],
+         nodes=[(2, 4)], expect=both(expect_preempted(), expect_waits("p0", "p1")),
+         differs="p0, first in line, cannot start even consolidated (3 GPUs free of its 4) and reserves the nodes it will get, "
+                 "so p1 does not overtake it (our gangs are not starved by smaller jobs); KAI consolidates for p1"),
+    Case("2 jobs of 1 task running on different GPUs, 2 pending jobs, only second can be consolidated", "KAI consolidation_test.go",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J("r0", "q0", gpus=2), J("f", "q0", gpus=2, dur=50), J("r1", "q0", at=1, gpus=2), J("p0", "q0", at=60, gpus=5), J("p1", "q0", at=61, gpus=3)],
+         nodes=[(2, 4)], expect=both(expect_consolidated("p1", "r1", by=61 + GRACE + 5), expect_waits("p0")),
+         differs="p0 can never fit a 4-GPU node: our trace reader would refuse it; given to the core, it waits"),
+    Case("2 jobs of 1 task running on different GPUs, two pending jobs - can't Consolidate", "KAI consolidation_test.go",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J("r0", "q0", gpus=3), J("r1", "q0", gpus=3), J("p0", "q0", at=1, gpus=2), J("p1", "q0", at=1, gpus=2)],
+         nodes=[(2, 4)], expect=both(expect_preempted(), expect_waits("p0", "p1"))),
+    Case("2 jobs of 1 task running on different GPUs, 1 job of 3 gpus is pending - can't Consolidate", "KAI consolidation_test.go",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J("r0", "q0", gpus=3), J("r1", "q0", gpus=3), J("p0", "q0", at=1, gpus=3)],
+         nodes=[(2, 4)], expect=both(expect_preempted(), expect_waits("p0"))),
+    Case("a non-preemptible job is never moved to consolidate", "KAI consolidation_test.go (non-preemptible)",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J("r0", "q0", gpus=2), J("f", "q0", gpus=2, dur=50), J("r1", "q0", at=1, gpus=2, kind="build"), J("p0", "q0", at=60, gpus=3)],
+         nodes=[(2, 4)], expect=both(expect_preempted("r0", reason="Consolidation"), expect_starts(p0=60 + GRACE + 5)),
+         differs="the preemptible r0 moves instead (KAI would move it as well)"),
+    Case("consolidation off: a gang waits for scattered GPUs to free", "KAI consolidation (action disabled)",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J("r0", "q0", gpus=2), J("f", "q0", gpus=2, dur=50), J("r1", "q0", at=1, gpus=2), J("p0", "q0", at=60, gpus=3)],
+         nodes=[(2, 4)], policies="preemption: {grace_s: 10, consolidation: false}", expect=both(expect_preempted(), expect_waits("p0"))),
     # ---- gangs (Volcano gang e2e) ----
     Case("a gang starts all its tasks at once or none", "Volcano gang: gang scheduling", "  - {name: q0, deserved: {gpu: 8}}",
          [J("small", "q0", gpus=1, dur=100), J("gang", "q0", at=1, gpus=1, tasks=4)], nodes=[(4, 1)],

@@ -314,3 +314,32 @@ def test_fedctl_status_watch_redraws_until_stopped(tmp_path):
     finally:
         serving.close()
     assert out.count("--- ") >= 2 and out.count("queues of faults") >= 2 and "seen" in out
+
+
+def test_the_live_controller_consolidates_moving_a_job_to_make_room_for_a_gang(env):
+    """The cycle's consolidation carried out live: r1 is stopped within its grace, started again
+    on the node kept for it, and the 6-GPU job starts on the node r1 left (four GPUs were free on
+    each node, six on neither)."""
+    c, site, clock = env
+    for job in ("r0", "f"):
+        submit(c, job)
+    c.tick()
+    submit(c, "r1")
+    clock[0] += 1
+    c.tick()
+    nodes = {j: {p["node"] for p in c.store.get(j).placements} for j in ("r0", "f", "r1")}
+    assert nodes["r0"] == nodes["f"] != nodes["r1"]
+    site.jobs["f-0"] = "SUCCEEDED"
+    submit(c, "p0", gpus=6)
+    clock[0] += 1
+    c.tick()
+    assert c.store.get("r1").stop_at_s is not None and c.store.get("p0").reason == "Consolidating"
+    assert c.preemptions["Consolidation"] == 1
+    clock[0] += c.fed.policies.preemption.grace_s + 1
+    c.tick()
+    clock[0] += 1
+    c.tick()
+    r1, p0 = c.store.get("r1"), c.store.get("p0")
+    assert r1.status == "RUNNING" and r1.attempt == 1 and {p["node"] for p in r1.placements} == nodes["r0"]
+    assert p0.status == "RUNNING" and {p["node"] for p in p0.placements} == nodes["r1"]
+    assert site.jobs["r1-0"] == "STOPPED" and site.jobs["r1-1"] == "RUNNING"

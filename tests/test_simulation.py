@@ -376,3 +376,29 @@ def test_a_cluster_site_comes_up_with_its_first_burst_and_goes_down_when_idle(tm
     b1_end = t[2] + 1000
     assert t[3] == b1_end + 600 and t[4] == t[3] + 600  # idle node after scale_in_idle_s, the cluster after as long again
     assert t[7] == t[5] + 900
+
+
+def test_the_report_counts_preemptions_by_reason_consolidation_among_them(tmp_path):
+    """Four GPUs free on each of two nodes, six on neither: r1 is moved so p0 can start, and the
+    report says so."""
+    from federation.config import parse
+    from federation.simulation.engine import Simulator
+    from federation.simulation.report import build_report
+
+    fed = parse("""
+federation: {name: moves, timezone: UTC}
+sites:
+  - name: idc
+    kind: idc
+    node_groups: [{name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}]
+queues: [{name: q, deserved: {gpu: 16}}]
+""", "moves.yaml")
+    records = [{"id": "r0", "submit_s": 0, "queue": "q", "tasks": 1, "gpus_per_task": 4, "duration_s": 9000},
+               {"id": "f", "submit_s": 0, "queue": "q", "tasks": 1, "gpus_per_task": 4, "duration_s": 50},
+               {"id": "r1", "submit_s": 1, "queue": "q", "tasks": 1, "gpus_per_task": 4, "duration_s": 9000},
+               {"id": "p0", "submit_s": 60, "queue": "q", "tasks": 1, "gpus_per_task": 6, "duration_s": 600}]
+    res = Simulator(fed, read_jsonl(write_trace(tmp_path, records), fed), SimOptions(seed=1)).run()
+    report = build_report(res, {}, 0.0)
+    assert report["jobs"]["preemptions_by_reason"] == {"Consolidation": 1}
+    admits = [e for e in res.events if e["type"] == "admit"]
+    assert [e["job"] for e in admits][-2:] in (["r1", "p0"], ["p0", "r1"]) and admits[-1]["t"] <= 60 + 120 + 1

@@ -7,6 +7,7 @@ import html
 import io
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 from federation.simulation.engine import SimResult
@@ -45,6 +46,8 @@ def build_report(res: SimResult, invariants: dict, wall_s: float) -> dict:
             "submitted": len(res.jobs),
             "completed": sum(1 for r in res.jobs.values() if r.finish_s is not None),
             "preempted": sum(1 for r in res.jobs.values() if r.preemptions),
+            # Reclaim, Priority, Consolidation (jobs moved to make room), QuotaShrink, WindowPrepare
+            "preemptions_by_reason": dict(Counter(e["reason"] for e in res.events if e["type"] == "preempt")),
             "never_started": sum(1 for r in res.jobs.values() if r.first_start_s is None),
             "skipped_lines": res.skipped,
         },
