@@ -137,6 +137,25 @@ class ClusterState:
             if st.node.schedulable:
                 self._index(st)
 
+    def can_take(self, job: JobSpec, placements: Iterable[TaskPlacement]) -> bool:
+        """Whether `apply(job, placements)` would succeed now (nothing changes): a place decided in
+        an earlier cycle may have been taken, or re-sliced, since."""
+        cpu: dict[str, int] = {}
+        gpu: dict[tuple[str, int], int] = {}
+        for p in placements:
+            st = self.nodes.get(p.node)
+            if st is None or (p.mig is not None and p.mig not in st.mig_free):
+                return False
+            cpu[p.node] = cpu.get(p.node, 0) + 1
+            if p.mig is None:
+                for g in p.gpus:
+                    gpu[(p.node, g)] = gpu.get((p.node, g), 0) + (p.gpu_milli if p.gpu_milli is not None else GPU)
+        for node, n in cpu.items():
+            st = self.nodes[node]
+            if st.cpu_free < n * job.per_task.cpu_milli or st.mem_free < n * job.per_task.memory_mib:
+                return False
+        return all(g < len(self.nodes[node].gpu_free) and self.nodes[node].gpu_free[g] >= milli for (node, g), milli in gpu.items())
+
     def apply_running(self, running: Iterable[RunningJob]) -> None:
         for r in running:
             self.apply(r.spec, r.placements)

@@ -97,6 +97,8 @@ class Decisions:
     release: list[str] = field(default_factory=list)  # idle cloud nodes to give back
     cancel: list[tuple[str, str]] = field(default_factory=list)  # (request id, why): give up, keep nothing it made
     teardown: list[str] = field(default_factory=list)  # sites whose whole cluster to take down (nothing there for scale_in_idle_s)
+    evict: list[tuple[str, str]] = field(default_factory=list)  # (job, why): a stale gang to stop and queue again, whole (NodeLost)
+    shrink: list[str] = field(default_factory=list)  # elastic gangs that lost tasks but not their minimum: they go on with the rest
     blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (site, group, why) newly blocked
     capacity_waiting: list[JobSpec] = field(default_factory=list)  # what the MIG managers may slice for
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
@@ -125,6 +127,7 @@ class DecisionCycle:
         self.blocked: dict[tuple[str, str], float] = {}
         self.idle_since: dict[str, float] = {}
         self.empty_since: dict[str, float] = {}  # cluster site with a head and nothing else -> since when
+        self.stale_since: dict[str, float] = {}  # gang below its minimum of tasks (a node went away) -> since when
         self.unclaimed: set[str] = set()  # jobs that gave their claim up (see Plan.unclaimed)
         self.up_since: dict[str, float] = {}  # cloud node made for jobs -> when this cycle first saw it
         self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
@@ -162,8 +165,9 @@ class DecisionCycle:
             out.learn_at = self._forecast(obs, out)
         past = self._past(obs, queues) if self.past is not None else {}
         head_wake = self._teardown(obs, out) if obs.heads or self.empty_since else None
+        lost_wake = self._lost(obs, out) if self.stale_since or any(r.lost for r in obs.running) else None
         if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or out.prewarm_gpus):
-            out.wake_at = head_wake
+            out.wake_at = min((w for w in (head_wake, lost_wake) if w is not None), default=None)
             return out  # nothing else could change
         # Full, or only the new arrivals: when, since the last cycle, jobs only arrived, what
         # waited then would wait the same way now (see incremental_pending).
@@ -188,8 +192,7 @@ class DecisionCycle:
         wakes += [since + shrink for since in plan.over_capability_since.values()]
         if self.bursting:
             wakes += self._burst(obs, plan, state, cloud, in_flight, claims, out)
-        if head_wake is not None:
-            wakes.append(head_wake)
+        wakes += [w for w in (head_wake, lost_wake) if w is not None]
         if out.teardown and out.scale_up:  # wanted again this very cycle: it stays
             wanted = {u.site for u in out.scale_up}
             self.empty_since.update({s: now for s in out.teardown if s in wanted})
@@ -204,6 +207,28 @@ class DecisionCycle:
             later.append(self.wake)  # an incremental cycle looked at too little to drop what a full one asked for
         out.wake_at = self.wake = min(later) if later else None
         return out
+
+    def _lost(self, obs: Observation, out: Decisions) -> float | None:
+        """A gang that lost tasks (their node went away) goes on if what is left is at least its
+        minimum (an elastic gang shrinks). Below it, it is stale (KAI's word): it keeps the rest
+        for `stale_gang_grace_s`, since a node that comes back makes it whole, and is then stopped
+        and queued again, whole. Returns when the next stale gang's grace ends."""
+        grace = self.fed.policies.preemption.stale_gang_grace_s
+        stale = {}
+        for r in obs.running:
+            if not r.lost or r.preempting:
+                continue
+            least = r.spec.min_tasks or r.spec.tasks
+            if r.tasks >= least:
+                out.shrink.append(r.spec.id)
+                continue
+            since = self.stale_since.get(r.spec.id, obs.now)
+            if obs.now >= since + grace - 1e-6:
+                out.evict.append((r.spec.id, f"{r.lost} of its tasks lost their node; {r.tasks} left of the {least} it needs, for {obs.now - since:g} s"))
+            else:
+                stale[r.spec.id] = since
+        self.stale_since = stale
+        return min((since + grace for since in stale.values()), default=None)
 
     def _teardown(self, obs: Observation, out: Decisions) -> float | None:
         """A site whose whole cluster the federation made goes down after `scale_in_idle_s` with

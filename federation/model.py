@@ -282,6 +282,7 @@ class RunningJob:
     placements: tuple[TaskPlacement, ...]
     started_s: float
     preempting: bool = False  # a preemption was decided; the job is within its grace
+    lost: int = 0  # tasks whose node went away (not among `placements`): the shells see it, the cycle decides
 
     @property
     def tasks(self) -> int:

@@ -203,14 +203,11 @@ class _Cycle:
         started = set()
         for job_id, (placements, _) in list(self.moving.items()):
             spec = pending.get(job_id) or running.get(job_id)
-            try:
-                if spec is not None:
-                    self.cluster.apply(spec, placements)
-            except SnapshotError:  # the place is no longer there (a node went): it queues as any job
-                spec = None
-            if spec is None:
+            if spec is None or not self.cluster.can_take(spec, placements):  # gone, or its place is (a node went): it queues as any job
                 del self.moving[job_id]
-            elif job_id in running:
+                continue
+            self.cluster.apply(spec, placements)
+            if job_id in running:
                 self.held.append((spec, placements))
             else:
                 del self.moving[job_id]

@@ -203,6 +203,10 @@ class PreemptionPolicy(Strict):
     # KAI's consolidation: a gang that fragmentation alone keeps out (the site has the GPUs free,
     # but not on the nodes it needs) moves the fewest preemptible jobs that can run elsewhere
     consolidation: bool = True
+    # KAI's stale gang eviction: a gang whose node went away, left below its minimum of tasks,
+    # keeps the rest this long (a node that comes back makes it whole) before it is stopped and
+    # queued again, whole; an elastic gang still at its minimum goes on with fewer tasks
+    stale_gang_grace_s: NonNegativeFloat = 60.0
 
 
 class FairSharePolicy(Strict):

@@ -246,7 +246,9 @@ def admitted_on_cloud(controller, clock):
     return ctl, prov
 
 
-def test_a_gang_whose_spot_node_is_interrupted_is_requeued_with_its_reason(cloud):
+def test_a_gang_whose_spot_node_is_interrupted_is_requeued_after_the_stale_gang_grace_with_its_reason(cloud):
+    """KAI's stale gang eviction: below its minimum of tasks, the gang keeps the rest for
+    stale_gang_grace_s (a node that comes back would make it whole), then goes back to the queue."""
     controller, clock, _, instances = cloud
     ctl, prov = admitted_on_cloud(controller, clock)
     victim = ctl.store.get("big").placements[0]["node"]
@@ -255,10 +257,13 @@ def test_a_gang_whose_spot_node_is_interrupted_is_requeued_with_its_reason(cloud
     ctl.log = said.append
     clock[0] += 5
     ctl.tick()
+    assert ctl.store.get("big").status == "ADMITTED" and ctl.store.get("big").attempt == 0  # within its grace
+    clock[0] += ctl.fed.policies.preemption.stale_gang_grace_s
+    ctl.tick()
     row = ctl.store.get("big")
     assert row.status == "PENDING" and row.attempt == 1 and row.site is None
     assert any("requeued (NodeLost)" in m and victim in m for m in said)
-    # queued again, it waits with a pending reason like any other job (one node is left: not a gang of two)
+    # queued again, it is decided on at once and waits with a pending reason like any other job (one node is left: not a gang of two)
     assert row.reason in ("WaitingForCapacity", "WaitingForBurst")
 
 
@@ -351,3 +356,19 @@ def test_a_queue_at_its_monthly_budget_buys_no_more_nodes_and_its_spend_survives
     assert {s.labels["queue"]: s.value for s in got["federation_queue_cloud_budget_usd_month"]} == {"research": 5.0}
     assert {s.labels["queue"]: s.value for s in got["federation_queue_cloud_spend_usd_month"]}["research"] == pytest.approx(spent, abs=0.01)
     assert got["federation_site_cloud_spend_usd_month"][0].labels["site"] == "aws"
+
+
+def test_a_node_that_comes_back_within_the_grace_keeps_its_gang_whole(cloud):
+    """A node that leaves its site's Ray cluster for a moment (a missed heartbeat, a restarted
+    raylet) is not a spot interruption: the gang waits out stale_gang_grace_s and goes on."""
+    controller, clock, _, instances = cloud
+    ctl, prov = admitted_on_cloud(controller, clock)
+    flapping = ctl.store.get("big").placements[0]["node"]
+    controller.not_joined = {flapping}
+    clock[0] += 5
+    ctl.tick()
+    controller.not_joined = set()
+    clock[0] += ctl.fed.policies.preemption.stale_gang_grace_s
+    ctl.tick()
+    row = ctl.store.get("big")
+    assert row.attempt == 0 and row.site == "aws" and len(row.placements) == 2

@@ -188,6 +188,7 @@ class TimedSite(RaySite):
         super().__init__(name, "http://127.0.0.1:9")
         self.clock, self.trace, self.cloud = clock, jobs, cloud
         self.runs: dict[str, tuple[float, str]] = {}  # dispatch id -> (ends at, state)
+        self.nodes_of: dict[str, set[str]] = {}  # dispatch id -> the nodes it runs on
 
     def has_package(self, name):
         return True
@@ -199,11 +200,14 @@ class TimedSite(RaySite):
         job = self.trace[allocation["job"]]
         stretch = job["tasks"] / len(allocation["placements"])
         self.runs.setdefault(dispatch_id, (self.clock[0] + job["duration_s"] * stretch, "RUNNING"))
+        self.nodes_of[dispatch_id] = {p["node"] for p in allocation["placements"]}
 
     def status(self, dispatch_id):
         if dispatch_id not in self.runs:
             return None
         ends, state = self.runs[dispatch_id]
+        if self.cloud is not None and self.nodes_of[dispatch_id] & self.cloud.released:
+            return state  # a node of it went away: its work cannot get done (the federation stops it)
         return "SUCCEEDED" if state == "RUNNING" and self.clock[0] >= ends else state
 
     def stop(self, dispatch_id):

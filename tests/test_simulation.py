@@ -159,7 +159,10 @@ def test_spot_interruptions_requeue_the_gang(small):
     _, res = simulate(fed, trace, None, SimOptions(seed=2), html=False)
     interrupts = [e for e in res.events if e["type"] == "spot_interruption"]
     assert interrupts
-    assert any(e["type"] == "requeue" and e["job"] == "burst" and e["reason"] == "SpotInterruption" for e in res.events)
+    # the gang's only task lost its node: it is queued again once the stale-gang grace is over
+    [lost] = [e for e in res.events if e["type"] == "tasks_lost" and e["job"] == "burst"][:1]
+    [again] = [e for e in res.events if e["type"] == "requeue" and e["job"] == "burst"][:1]
+    assert again["reason"] == "NodeLost" and again["t"] == lost["t"] + fed.policies.preemption.stale_gang_grace_s
     assert res.jobs["burst"].finish_s is not None
 
 

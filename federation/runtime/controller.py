@@ -96,7 +96,6 @@ class Controller:
         self.forecast_error: dict[str, float] | None = None  # the journal's last day, predicted without it
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
         self.joined: dict[str, set[str]] = {}  # cloud site -> the nodes its Ray cluster last said had joined
-        self.fresh: set[str] = set()  # sites listed successfully this cycle
         self._resume()
 
     def _resume(self) -> None:
@@ -166,21 +165,24 @@ class Controller:
         self._sync(now)
         if self.reconciled_s is None or now - self.reconciled_s >= self.RECONCILE_S:
             self.reconcile(now)
-        self.fresh = set()
         self._refresh_fixed()
         self._refresh_cloud(now)
-        self._requeue_lost(now)
         self._meter(now)
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
         running, pending = [], []
         specs = {}
+        present = {n.name for n in self.nodes}
         for r in rows:
             spec = specs[r.id] = self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s)
             if r.status == "PENDING":
                 pending.append(replace(spec, not_before_s=r.not_before_s) if r.not_before_s else spec)
             else:
+                # tasks whose node is gone (listed no more, or left its site's Ray cluster) are lost;
+                # the cycle decides whether the gang goes on without them or is queued again
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
-                running.append(RunningJob(spec, r.site, placements, r.started_s or now, preempting=r.stop_at_s is not None))
+                kept = tuple(p for p in placements if p.node in present)
+                running.append(RunningJob(spec, r.site, kept, r.started_s or now, preempting=r.stop_at_s is not None,
+                                          lost=len(placements) - len(kept)))
         self.specs = specs
         nodes = self.nodes
         for m in self.mig.values():
@@ -199,6 +201,7 @@ class Controller:
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
             self.log(f"{site}: not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}")
+        self._lost(d, present)
         for rid, why in d.cancel:
             f = self.in_flight[rid]
             self._cancel(rid)
@@ -229,6 +232,8 @@ class Controller:
             m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], d.capacity_waiting,
                    d.mig_forecast.get(site) if d.mig_forecast is not None else None)
         self.cycle_seconds.observe(time.perf_counter() - began)
+        if d.evict:  # the evicted gangs are waiting again: decide on them (and what they freed) at once, as the simulator does
+            self.tick()
 
     def _submitted(self, arrived, rows: list[JobRow], now: float) -> tuple[JobSpec, ...]:
         """Jobs first seen since the last cycle; at start, every job the store knows (the
@@ -255,7 +260,6 @@ class Controller:
                 found = self.listing.get(site, [])
             else:
                 self.listing[site] = found
-                self.fresh.add(site)
             for pn in found:
                 nodes.append(group_node(site, self.fed.site(site).node_group(pn.group), pn.name, pn.rack, pn.schedulable))
                 made_by[pn.name] = pn.request_id
@@ -351,22 +355,24 @@ class Controller:
         if not prov.durable:  # cloud providers journal their own
             self.ledger.update(rid, state="CANCELLED")
 
-    def _requeue_lost(self, now: float) -> None:
-        """A gang whose cloud node is gone (spot interruption, or terminated by hand) cannot go
-        on as a gang: stop what is left of it and queue it again, saying why."""
-        present = {n.name for n in self.cloud_nodes}
-        for row in self.store.jobs({"ADMITTED", "RUNNING"}):
-            if row.site not in self.providers or row.site not in self.fresh:
-                continue
-            lost = sorted({p["node"] for p in row.placements or []} - present)
-            if not lost:
-                continue
+    def _lost(self, d: Decisions, present: set[str]) -> None:
+        """Gangs that lost tasks, as the cycle decided: a stale one (below its minimum past its
+        grace) is stopped and queued again, whole; an elastic one at its minimum goes on with the
+        tasks it has, which become its placements."""
+        for job_id, why in d.evict:
+            row = self.store.get(job_id)
             if row.dispatch_id and row.site in self.sites:
                 try:
                     self.sites[row.site].stop(row.dispatch_id)
                 except SiteUnavailable:
                     pass  # the site's Ray cluster may have lost the job with the node
-            self._requeue(row, "NodeLost", f"node(s) {', '.join(lost)} of {row.site} went away (spot interruption?)")
+            gone = sorted({p["node"] for p in row.placements or []} - present)
+            self._requeue(row, "NodeLost", f"node(s) {', '.join(gone)} of {row.site} went away (spot interruption?): {why}")
+        for job_id in d.shrink:
+            row = self.store.get(job_id)
+            kept = [p for p in row.placements or [] if p["node"] in present]
+            self.store.update(job_id, placements=kept, message=f"running on {len(kept)} of its tasks: the others' node went away")
+            self.log(f"{row.site}: job {job_id} goes on with {len(kept)} task(s); the others' node went away")
 
     def _requeue(self, row: JobRow, reason: str | None, why: str) -> None:
         """Queue a job again, whole, under a new attempt (and so a new dispatch id at its next site)."""

@@ -193,6 +193,9 @@ class Simulator:
         rec = self.jobs[job_id]
         if rec.attempt != attempt or job_id not in self.running:
             return  # a stale finish of a run that was preempted
+        run = self.running[job_id]
+        if run.lost and run.tasks < (run.spec.min_tasks or run.spec.tasks) and not failed:
+            return  # a gang below its minimum cannot get its work done: the cycle queues it again
         self._release(t, job_id)
         rec.finish_s = t
         rec.remaining_s = 0.0
@@ -261,17 +264,28 @@ class Simulator:
         """A request is over undelivered: what it did bring up goes back (its jobs are requeued, as live)."""
         self.in_flight.pop(req_id, None)
         for name in [n for n, r in self.cloud.items() if r == req_id]:
-            for job_id in sorted(self.node_jobs.get(name, ())):
-                self._requeue(t, job_id, "NodeLost")
+            self._lose(t, name)
             self._node_down(t, name)
 
     def _on_interrupt(self, t: float, node: str) -> None:
         if node not in self.nodes:
             return
-        for job_id in sorted(self.node_jobs.get(node, ())):
-            self._requeue(t, job_id, "SpotInterruption")
         self.emit(t, "spot_interruption", site=self.nodes[node].site, node=node)
+        self._lose(t, node)
         self._node_down(t, node)
+
+    def _lose(self, t: float, node: str) -> None:
+        """The tasks on a node that goes away are gone: each job keeps its other tasks, counted
+        as having lost these (the cycle decides whether it goes on, or is queued again)."""
+        for job_id in sorted(self.node_jobs.get(node, ())):
+            run = self.running[job_id]
+            gone = [p for p in run.placements if p.node == node]
+            self.state.cluster.apply(run.spec, gone, -1)
+            self.state.quota.add(run.spec.queue, run.spec.per_task.times(len(gone)), -1)
+            for p in gone:
+                self.ledger.change(t, p.node, run.spec.queue, held_milli(run.spec, p), run.spec.per_task.cpu_milli, -1)
+            self.running[job_id] = replace(run, placements=tuple(p for p in run.placements if p.node != node), lost=run.lost + len(gone))
+            self.emit(t, "tasks_lost", job=job_id, node=node, tasks=len(gone))
 
     def _moving(self, t: float) -> bool:
         """Whether work can still move: windows and the forecast recur forever, so they are
@@ -466,8 +480,12 @@ class Simulator:
         for site in d.teardown:
             del self.heads[site]
             self.emit(t, "cluster_down", site=site)
-        if d.release or d.cancel:
-            self.push(t, "timer", "decide")  # capacity changed: decide again at once, as the next live tick would
+        for job_id, _why in d.evict:  # the live controller says why in the job's message; here the event names the node
+            self._requeue(t, job_id, "NodeLost")
+        for job_id in d.shrink:  # an elastic gang goes on with the tasks it has
+            self.running[job_id] = replace(self.running[job_id], lost=0)
+        if d.release or d.cancel or d.evict:
+            self.push(t, "timer", "decide")  # capacity (or what waits) changed: decide again at once, as the next live tick would
         if d.wake_at is not None and d.wake_at != self.decide_at:
             self.decide_at = d.wake_at
             self.push(d.wake_at, "timer", "decide")  # e.g. a borrower old enough to reclaim, an idle node to give back
