@@ -26,7 +26,7 @@ from functools import cached_property
 from federation.cluster import GPU, ClusterState, NodeState, tasks_that_fit
 from federation.errors import SnapshotError
 from federation.feasibility import feasible_sites
-from federation.holds import Holds
+from federation.holds import Holds, free_gpu_milli
 from federation.model import (
     Admission,
     CapacityRequest,
@@ -479,7 +479,9 @@ class _Cycle:
         budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
         blocked = self._blocked_for(job)
         for site in sites:
-            free = sum(st.free_gpu_milli for name, st in self.cluster.nodes.items() if st.node.site == site and name not in blocked)
+            free = free_gpu_milli(self.cluster, frozenset({site}), mig=False)
+            free -= sum(self.cluster.nodes[n].free_gpu_milli for n in blocked
+                        if n in self.cluster.nodes and self.cluster.nodes[n].node.site == site and self.cluster.nodes[n].node.schedulable)
             if free < need.gpu_milli:
                 continue  # not fragmentation: the site has not the GPUs free
             movable = sorted((r for r in self.running if r.site == site and r.spec.preemptible and not r.preempting and r.spec.id not in self.victims
