@@ -282,6 +282,7 @@ class RunningJob:
     placements: tuple[TaskPlacement, ...]
     started_s: float
     preempting: bool = False  # a preemption was decided; the job is within its grace
+    preempted_for: str | None = None  # the job it is being stopped for: what it frees is that job's
     lost: int = 0  # tasks whose node went away (not among `placements`): the shells see it, the cycle decides
 
     @property

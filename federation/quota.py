@@ -110,8 +110,10 @@ class QuotaTree:
 
     # ---- admission ----
 
-    def check(self, leaf: str, r: Resources) -> Verdict:
-        borrowing = False
+    def check(self, leaf: str, r: Resources, preemptible: bool = True) -> Verdict:
+        """May `leaf` start a job using `r`? A non-preemptible job may not borrow (KAI's rule):
+        on borrowed capacity it could never be given back, and the lender's share would be gone."""
+        borrowing, refused = False, None
         for a in self._paths[leaf]:
             q = self.queues[a]
             if q.max_running_jobs is not None and self.jobs[a] >= q.max_running_jobs:
@@ -126,6 +128,13 @@ class QuotaTree:
                     return Verdict(False, borrowing=True, code="WaitingForQuota",
                                    message=f"queue {a!r} would borrow above its borrowing limit {q.borrowing_limit}",
                                    free=(q.deserved + q.borrowing_limit - self.usage[a]).clip0())
+                if not preemptible and refused is None:
+                    refused = Verdict(False, borrowing=True, code="NonPreemptibleOverQuota",
+                                      message=f"queue {a!r} would use {after}, above its deserved {q.deserved}: a non-preemptible job "
+                                              "runs only within deserved (borrowed capacity must stay reclaimable)",
+                                      free=(q.deserved - self.usage[a]).clip0())
+        if refused is not None:
+            return refused
         # Guarantees and lending limits of others bind only while the job would physically fit;
         # beyond the nodes' capacity it is the placement's call (wait, reclaim, burst).
         physical = (self.root_usage + r).fits_in(self.capacity)

@@ -14,6 +14,7 @@ class Reason(StrEnum):
     ExceedsCapability = "ExceedsCapability"
     WaitingForQuota = "WaitingForQuota"
     MaxRunningJobs = "MaxRunningJobs"
+    NonPreemptibleOverQuota = "NonPreemptibleOverQuota"
     UnknownQueue = "UnknownQueue"
     QueuePaused = "QueuePaused"
     RetryBackoff = "RetryBackoff"
@@ -21,6 +22,7 @@ class Reason(StrEnum):
     NoFeasibleNode = "NoFeasibleNode"
     WaitingForCapacity = "WaitingForCapacity"
     WaitingForReclaim = "WaitingForReclaim"
+    BehindPreemptor = "BehindPreemptor"
     Consolidating = "Consolidating"
     ReservedForGang = "ReservedForGang"
     ReservedForQueue = "ReservedForQueue"
@@ -38,6 +40,7 @@ class Reason(StrEnum):
 MEANING: dict[Reason, str] = {
     Reason.ExceedsCapability: "its queue (or an ancestor) would go above its capability; it runs when the queue's own jobs end, or when a tidal window raises the capability",
     Reason.WaitingForQuota: "its queue would borrow past its borrowing limit, or the free capacity is held by others' guarantees; it runs as borrowed capacity comes back",
+    Reason.NonPreemptibleOverQuota: "it is not preemptible and its queue (or an ancestor) would go above its deserved share: such work runs only within deserved, so what is lent stays reclaimable; it runs when its queue's usage falls, by reclaim if others borrow what its queue deserves",
     Reason.MaxRunningJobs: "its queue runs as many jobs as its max_running_jobs allows; it runs when one of them ends",
     Reason.UnknownQueue: "its queue is not a leaf queue of this federation (the config changed under it)",
     Reason.RetryBackoff: "its last run failed at its site; it runs again (max_retries) once its back-off is over: 10 s after the first failure, doubling, at most 6 min",
@@ -45,6 +48,7 @@ MEANING: dict[Reason, str] = {
     Reason.NoFeasibleNode: "no node type at its queue's sites can ever hold one of its tasks",
     Reason.WaitingForCapacity: "quota allows it, but no site has room for the whole gang now; it runs as jobs end (its nodes may be reserved for it)",
     Reason.WaitingForReclaim: "jobs are being preempted (within their grace period) to make room for it",
+    Reason.BehindPreemptor: "a higher-priority job of its queue preempted others and waits for them to stop; what they free is its first, so its queue's lower priorities wait behind it",
     Reason.Consolidating: "the GPUs it needs are free but scattered: smaller jobs are being moved to other nodes (stopped within their grace, then started there) to make room",
     Reason.ReservedForGang: "the nodes that would fit it are reserved for a larger waiting gang",
     Reason.ReservedForQueue: "the free GPUs are held for another queue's guarantee on its sites",

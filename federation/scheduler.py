@@ -149,6 +149,7 @@ class _Cycle:
         self.consolidating = {j: v for j, v in snap.consolidating.items() if v[1] > now}
         self.moving = {j: v for j, v in snap.moving.items() if v[1] > now}
         self.held: list[tuple[JobSpec, tuple[TaskPlacement, ...]]] = []  # movers' places applied for this cycle only
+        self.preemptor_priority: dict[str, int] = {}  # queue -> the highest priority among its jobs waiting for their victims
 
     # Indexes of the running jobs, built only when a cycle first considers preemption: most
     # cycles never do, and with tens of thousands of running jobs they would dominate.
@@ -156,6 +157,19 @@ class _Cycle:
     def stopping(self) -> list[RunningJob]:
         """Jobs stopping within their grace period (and the victims chosen this cycle)."""
         return [r for r in self.running if r.preempting]
+
+    @cached_property
+    def freeing(self) -> dict[str, set[str]]:
+        """The nodes of jobs stopping for a job that still waits, by that job: no other job is
+        admitted there until it runs (KAI pipelines a preemptor onto its victims' nodes), or a
+        requeued victim ordered first would take back what one victim gave up while another still
+        stops, and be preempted again, for ever."""
+        waiting = {j.id for j in self.snap.pending}
+        out: dict[str, set[str]] = {}
+        for r in self.stopping:
+            if r.preempted_for in waiting:
+                out.setdefault(r.preempted_for, set()).update(p.node for p in r.placements)
+        return out
 
     @cached_property
     def running_by_queue(self) -> dict[str, list[RunningJob]]:
@@ -211,7 +225,7 @@ class _Cycle:
                 self.held.append((spec, placements))
             else:
                 del self.moving[job_id]
-                verdict = self.quota.check(spec.queue, spec.per_task.times(len(placements)))
+                verdict = self.quota.check(spec.queue, spec.per_task.times(len(placements)), spec.preemptible)
                 site = self.cluster.nodes[placements[0].node].node.site
                 if verdict.ok and self._admit(spec, site, list(placements), verdict.borrowing) is None:
                     started.add(job_id)
@@ -314,17 +328,22 @@ class _Cycle:
             self.pending[job.id] = PendingReason("NoFeasibleNode", "no node type at the queue's sites can ever hold one task of this job", job.per_task)
             return
         need = job.request(job.min_tasks or job.tasks)
-        qkey = (job.queue, job.per_task, job.min_tasks or job.tasks)
+        if self.preemptor_priority.get(job.queue, job.priority) > job.priority:
+            self.pending[job.id] = PendingReason("BehindPreemptor", "a higher-priority job of its queue waits for the jobs it preempted to stop", need)
+            return
+        qkey = (job.queue, job.per_task, job.min_tasks or job.tasks, job.preemptible, job.priority)
         cached = self.quota_failed.get(qkey)
         if cached is not None:
             self.pending[job.id], pool = cached
             if pool:
                 self._request_capacity(job)
             return
-        verdict = self.quota.check(job.queue, need)
+        verdict = self.quota.check(job.queue, need, job.preemptible)
         if not verdict.ok:
-            entitled = verdict.code == "WaitingForQuota" and self.quota.entitled(job.queue, need)
-            if entitled and self._may_preempt(job) and self._try_preempt(job, sites):
+            entitled = verdict.code in ("WaitingForQuota", "NonPreemptibleOverQuota") and self.quota.entitled(job.queue, need)
+            # quota refused: the job may still displace its own queue's lower priorities (KAI's
+            # preempt action, Kueue's withinClusterQueue), and others' borrowed work if entitled
+            if verdict.code != "MaxRunningJobs" and not verdict.pool and self._may_preempt(job) and self._try_preempt(job, sites):
                 return
             reason = PendingReason(verdict.code, verdict.message, need, verdict.free)
             self.pending[job.id] = reason
@@ -334,13 +353,16 @@ class _Cycle:
                 self._request_capacity(job)
             return
         shape = (tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile)
-        if job.id in self.consolidating:  # nodes held for it are blocked for its like: its own shape
+        if job.id in self.consolidating or job.id in self.freeing:  # nodes held for it are blocked for its like: its own shape
             shape += (job.id,)
         held_by = None
         if shape not in self.no_fit:
             grown = self._elastic_cap(job)
+            blocked = self._blocked_for(job)
+            if self.freeing:  # only admissions: a job may still count on them when it weighs preempting
+                blocked = blocked.union(n for j, nodes in self.freeing.items() if j != job.id for n in nodes)
             for site in sites:
-                placed = place_gang(self.cluster, grown, site, self.strategy, self.policies.placement.gang_topology, self._blocked_for(job))
+                placed = place_gang(self.cluster, grown, site, self.strategy, self.policies.placement.gang_topology, blocked)
                 if placed is None:
                     continue
                 held_by = self._admit(job, site, placed, verdict.borrowing)
@@ -378,6 +400,8 @@ class _Cycle:
         if self.holds:
             self.holds.placed(site, usage.gpu_milli)
         self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=borrowing))
+        if self.freeing:
+            self.freeing.pop(job.id, None)  # what its victims free is everyone's once it runs
         if self.claims:
             self._unclaim(job.id)
         self.consolidating.pop(job.id, None)
@@ -386,7 +410,7 @@ class _Cycle:
     def _start_on_claimed(self, job: JobSpec) -> bool:
         """Start a job on the cloud nodes bought for it, if its quota lets it and they hold it."""
         mine = {n for n, jobs in self.claims.items() if job.id in jobs and n in self.cluster.nodes}
-        verdict = self.quota.check(job.queue, job.request(job.min_tasks or job.tasks))
+        verdict = self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible)
         if not verdict.ok:
             # its queue took other capacity meanwhile (or shrank): holding the nodes idle for it
             # would waste them; they are everyone's from now, this cycle included
@@ -434,6 +458,8 @@ class _Cycle:
         stopping = self.stopping
         if stopping and self._fits_without(job, sites, stopping):
             self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(stopping)} preempted job(s) are stopping within their grace period", job.request())
+            if job.id in self.freeing:
+                self._hold_back(job)  # they stop for it (not just for anyone who could use what they free)
             return True
         pool = list(self.running_by_queue.get(job.queue, ()))
         if within and self.policies.preemption.reclaim:
@@ -458,9 +484,18 @@ class _Cycle:
         for c in chosen:
             self.victims.add(c.job.spec.id)
             self.stopping.append(c.job)
+            self.freeing.setdefault(job.id, set()).update(p.node for p in c.job.placements)
             self.preemptions.append(Preemption(c.job.spec.id, c.reason, for_job=job.id))
         self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
+        self._hold_back(job)
         return True
+
+    def _hold_back(self, job: JobSpec) -> None:
+        """While a job waits for its victims, its queue's lower priorities wait behind it. The
+        victims' nodes are its own (`freeing`), but a victim of its own queue requeued could start
+        elsewhere, borrowing, and put the queue above what a non-preemptible job may run within
+        again: preempted once more, again and again, while the job waits for ever."""
+        self.preemptor_priority[job.queue] = max(job.priority, self.preemptor_priority.get(job.queue, job.priority))
 
     #: how many of a site's running jobs consolidation weighs moving, least work lost first
     CONSOLIDATION_CANDIDATES = 32
@@ -550,7 +585,7 @@ class _Cycle:
             self.quota.add(v.spec.queue, v.usage, -1)
             self.cluster.apply(v.spec, v.placements, -1)
         try:
-            if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks)).ok:
+            if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
                 return False
             return self._could_place(job, sites, self._blocked_for(job))
         finally:

@@ -21,7 +21,8 @@ from pathlib import Path
 from federation.errors import FederationError
 
 COLUMNS = ("id", "entrypoint", "metadata", "runtime_env", "request", "status", "reason", "message", "site", "placements",
-           "dispatch_id", "submitted_s", "started_s", "ended_s", "attempt", "stop_at_s", "retries", "not_before_s")
+           "dispatch_id", "submitted_s", "started_s", "ended_s", "attempt", "stop_at_s", "retries", "not_before_s",
+           "preempted_for")
 JSON_COLUMNS = {"metadata", "runtime_env", "request", "placements"}
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 LIVE = {"PENDING", "ADMITTED", "RUNNING"}
@@ -29,9 +30,10 @@ LIVE = {"PENDING", "ADMITTED", "RUNNING"}
 #: the journal's layout version (SQLite's user_version). A file from an older version is brought
 #: up to date by MIGRATIONS[v] (the statements from v to v + 1) when opened; one from a newer
 #: version is refused rather than misread. Version 1 is the layout every release so far wrote.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, list[str]] = {
     1: ["ALTER TABLE jobs ADD COLUMN retries", "ALTER TABLE jobs ADD COLUMN not_before_s"],  # retries of failed runs
+    2: ["ALTER TABLE jobs ADD COLUMN preempted_for"],  # what a preempted job's capacity goes to
 }
 
 
@@ -79,6 +81,7 @@ class JobRow:
     stop_at_s: float | None = None  # set while a preempted job is within its grace period
     retries: int = 0  # failed runs run again so far
     not_before_s: float | None = None  # a retry's back-off: it waits until then
+    preempted_for: str | None = None  # while stopping: the job it was preempted for
 
 
 class Store:

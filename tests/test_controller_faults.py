@@ -288,8 +288,8 @@ def test_a_journal_from_before_retries_is_brought_up_to_date_and_its_jobs_read(t
     db.commit()
     db.close()
     row = Store(path).get("j")
-    assert (row.status, row.submitted_s, row.retries, row.not_before_s) == ("PENDING", 5.0, None, None)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert (row.status, row.submitted_s, row.retries, row.not_before_s, row.preempted_for) == ("PENDING", 5.0, None, None, None)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 def test_fedctl_status_watch_redraws_until_stopped(tmp_path):

@@ -246,3 +246,23 @@ def test_a_lending_limit_on_a_resource_nobody_deserves_holds_nothing_back():
     tree = QuotaTree(fed.queues, Resources.of(32, 256, 2048))
     assert tree.held["research"].cpu_milli == 0
     assert tree.check("nlp", Resources.of(4, 64, 256)).ok
+
+
+def test_a_non_preemptible_job_is_admitted_only_within_its_queues_deserved_share():
+    """KAI's rule: what is lent must stay reclaimable, so work that cannot be preempted never
+    borrows; the same job, preemptible, may."""
+    from federation.quota import QuotaTree
+
+    fed = parse(BASE + """queues:
+  - {name: org, deserved: {gpu: 24}}
+  - {name: team, parent: org, deserved: {gpu: 8}}
+  - {name: other, parent: org, deserved: {gpu: 16}}
+""")
+    tree = QuotaTree(fed.queues, Resources(32000, 256000, 2 << 20))
+    tree.add("team", Resources(6000))
+    assert tree.check("team", Resources(2000), preemptible=False).ok  # 8 of its 8
+    refused = tree.check("team", Resources(4000), preemptible=False)
+    assert (refused.ok, refused.code, refused.free) == (False, "NonPreemptibleOverQuota", Resources(2000, UNLIMITED, UNLIMITED))
+    assert tree.check("team", Resources(4000)).ok  # preemptible work borrows
+    tree.add("other", Resources(18000))  # the parent goes above its share: a non-preemptible job would borrow through it
+    assert tree.check("team", Resources(1000), preemptible=False).code == "NonPreemptibleOverQuota"

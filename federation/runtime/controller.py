@@ -182,7 +182,7 @@ class Controller:
                 placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
                 kept = tuple(p for p in placements if p.node in present)
                 running.append(RunningJob(spec, r.site, kept, r.started_s or now, preempting=r.stop_at_s is not None,
-                                          lost=len(placements) - len(kept)))
+                                          preempted_for=r.preempted_for, lost=len(placements) - len(kept)))
         self.specs = specs
         nodes = self.nodes
         for m in self.mig.values():
@@ -217,7 +217,7 @@ class Controller:
             self._dispatch(a.job_id)
         grace = self.fed.policies.preemption.grace_s
         for p in d.plan.preemptions:
-            self.store.update(p.job_id, stop_at_s=now + grace, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
+            self.store.update(p.job_id, stop_at_s=now + grace, preempted_for=p.for_job, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
             self.preemptions[p.reason] += 1
         known = {r.id: (r.reason, r.message) for r in rows}
         for job_id, reason in d.reasons.items():
@@ -377,7 +377,7 @@ class Controller:
     def _requeue(self, row: JobRow, reason: str | None, why: str) -> None:
         """Queue a job again, whole, under a new attempt (and so a new dispatch id at its next site)."""
         self.site_status.pop(row.id, None)
-        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, attempt=row.attempt + 1,
+        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, preempted_for=None, attempt=row.attempt + 1,
                           reason=reason, message=f"{reason + ': ' if reason else ''}requeued, {why}")
         self.log(f"{row.site}: job {row.id} requeued ({reason or 'Preempted'}): {why}")
 
@@ -394,7 +394,7 @@ class Controller:
         n = (row.retries or 0) + 1
         wait = min(self.RETRY_MAX_S, self.RETRY_BASE_S * 2 ** (n - 1))
         self.site_status.pop(row.id, None)
-        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, attempt=row.attempt + 1,
+        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, preempted_for=None, attempt=row.attempt + 1,
                           retries=n, not_before_s=now + wait, reason="RetryBackoff",
                           message=f"RetryBackoff: run {n} failed at {row.site}; retry {n} of {self._max_retries(row)} in {wait:g} s")
         self.log(f"{row.site}: job {row.id} failed; retry {n} of {self._max_retries(row)} in {wait:g} s")

@@ -466,7 +466,7 @@ class Simulator:
         grace = self.fed.policies.preemption.grace_s
         for p in d.plan.preemptions:
             run = self.running[p.job_id]
-            self.running[p.job_id] = replace(run, preempting=True)
+            self.running[p.job_id] = replace(run, preempting=True, preempted_for=p.for_job)
             self.jobs[p.job_id].preemptions += 1
             self.emit(t, "preempt", job=p.job_id, reason=p.reason, for_job=p.for_job)
             self.push(t + grace, "stop", p.job_id, self.jobs[p.job_id].attempt, p.reason)
