@@ -462,10 +462,12 @@ class _Cycle:
                 self._hold_back(job)  # they stop for it (not just for anyone who could use what they free)
             return True
         pool = list(self.running_by_queue.get(job.queue, ()))
-        if within and self.policies.preemption.reclaim:
+        policy = self.policies.preemption
+        if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None):
             pool += [r for q, rs in self.running_by_queue.items() if q != job.queue and self.quota.borrowing(q) for r in rs]
         min_run = self.policies.preemption.reclaim_min_runtime_s
-        found, young = candidates(job, pool, self.quota, set(sites), self.policies.preemption.reclaim, within, self.now - min_run)
+        found, young = candidates(job, pool, self.quota, set(sites), self.policies.preemption.reclaim, within, self.now - min_run,
+                                  self.policies.preemption.borrow_within_cohort_max_priority)
         if young is not None:  # look again when the first of them has run long enough
             self.wake_at = min(self.wake_at or float("inf"), young + min_run)
         cands = [c for c in found if c.job.spec.id not in self.victims]
@@ -478,7 +480,12 @@ class _Cycle:
             gone = sum((v.usage for v in chosen if v.spec.queue == q), Resources())
             return any(not (self.quota.usage[a] - gone).fits_in(self.quota.queues[a].deserved) for a in self.quota.path(q))
 
-        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, budget)
+        def keeps_share(victim: RunningJob, chosen: list[RunningJob]) -> bool:
+            q = victim.spec.queue
+            gone = sum(v.usage.gpu_milli for v in chosen if v.spec.queue == q) + victim.usage.gpu_milli
+            return self.quota.usage[q].gpu_milli - gone >= self.quota.queues[q].deserved.gpu_milli
+
+        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, keeps_share, budget)
         if chosen is None:
             return False
         for c in chosen:

@@ -200,6 +200,11 @@ class PreemptionPolicy(Strict):
     # capacity can thrash between two queues, each reclaiming what the other just started);
     # priority preemption inside a queue is not held back. 0 keeps reclaim immediate.
     reclaim_min_runtime_s: NonNegativeFloat = 0.0
+    # Kueue's borrowWithinCohort (policy LowerPriority, maxPriorityThreshold): a job that would
+    # itself borrow may take borrowed work of strictly lower priority, at most this one, from
+    # other queues (reason ReclaimWhileBorrowing), never putting them below their deserved
+    # share. None (the default): a job that borrows only preempts inside its own queue.
+    borrow_within_cohort_max_priority: int | None = None
     # KAI's consolidation: a gang that fragmentation alone keeps out (the site has the GPUs free,
     # but not on the nodes it needs) moves the fewest preemptible jobs that can run elsewhere
     consolidation: bool = True

@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-PREEMPTION_REASONS = ("Reclaim", "Priority", "Consolidation", "QuotaShrink", "WindowPrepare", "QueueDrained")
+PREEMPTION_REASONS = ("Reclaim", "ReclaimWhileBorrowing", "Priority", "Consolidation", "QuotaShrink", "WindowPrepare", "QueueDrained")
 
 
 def package_version() -> str:
