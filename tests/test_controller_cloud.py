@@ -246,15 +246,14 @@ def admitted_on_cloud(controller, clock):
     return ctl, prov
 
 
-def test_a_gang_whose_spot_node_is_interrupted_is_requeued_after_the_stale_gang_grace_with_its_reason(cloud):
+def test_a_gang_whose_spot_node_is_interrupted_is_requeued_after_the_stale_gang_grace_with_its_reason(cloud, caplog):
     """KAI's stale gang eviction: below its minimum of tasks, the gang keeps the rest for
     stale_gang_grace_s (a node that comes back would make it whole), then goes back to the queue."""
+    caplog.set_level("INFO", logger="federation")
     controller, clock, _, instances = cloud
     ctl, prov = admitted_on_cloud(controller, clock)
     victim = ctl.store.get("big").placements[0]["node"]
     prov.ec2.terminate_instances(InstanceIds=[victim])  # what a spot interruption looks like from here
-    said = []
-    ctl.log = said.append
     clock[0] += 5
     ctl.tick()
     assert ctl.store.get("big").status == "ADMITTED" and ctl.store.get("big").attempt == 0  # within its grace
@@ -262,7 +261,7 @@ def test_a_gang_whose_spot_node_is_interrupted_is_requeued_after_the_stale_gang_
     ctl.tick()
     row = ctl.store.get("big")
     assert row.status == "PENDING" and row.attempt == 1 and row.site is None
-    assert any("requeued (NodeLost)" in m and victim in m for m in said)
+    assert any("requeued (NodeLost)" in r.getMessage() and victim in r.getMessage() and r.job == "big" and r.levelname == "INFO" for r in caplog.records)
     # queued again, it is decided on at once and waits with a pending reason like any other job (one node is left: not a gang of two)
     assert row.reason in ("WaitingForCapacity", "WaitingForBurst")
 

@@ -115,13 +115,17 @@ def test_ray_entrypoint_resources_of_a_one_task_job_become_its_request(post):
 
 
 def test_the_journal_and_the_log_are_readable_by_their_owner_alone(tmp_path):
-    from federation.runtime.actors import _log, log_path
+    import logging
+
+    from federation.runtime.actors import _log_to_file, log_path
 
     old = tmp_path / "old.sqlite"
     old.write_bytes(b"")
     old.chmod(0o644)  # as an earlier release made it
     Store(old)
-    _log(str(old))("a line")
+    _log_to_file(str(old))
+    logging.getLogger("federation.test").warning("a line")
+    assert 'level=warning logger=federation.test msg="a line"' in log_path(old).read_text()
     for path in (old, log_path(old), tmp_path / "new.sqlite"):
         if not path.exists():
             Store(path)

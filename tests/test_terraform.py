@@ -289,7 +289,7 @@ def test_a_cluster_that_is_down_is_an_unavailable_site_that_says_how_it_comes_up
 
 
 @needs_terraform
-def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_down_when_idle(tmp_path):
+def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_down_when_idle(tmp_path, caplog):
     """The lifecycle through the live controller and real terraform (a stand-in module of
     terraform_data with the AWS module's interface, so it runs here in seconds): a gang's burst
     applies the head with the workers; the job goes away, the idle workers are released after
@@ -297,6 +297,7 @@ def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_
     destroyed; the site's Jobs API is then gone from the state its RaySite reads."""
     from providers.terraform import JobsApiOf
 
+    caplog.set_level("INFO", logger="federation")
     fed = parse(yaml.safe_dump({**yaml.safe_load(cluster_config(tmp_path, "life", "http://127.0.0.1:9").read_text()),
                                 "queues": [{"name": "team", "deserved": {"gpu": 8}, "burst": True}],
                                 "policies": {"burst": {"enabled": True, "pending_wait_s": 60, "scale_in_idle_s": 300, "budget_usd_per_hour": 100}}}), "f.yaml")
@@ -312,8 +313,7 @@ def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_
             return {n.name for n in prov.list_nodes() or []}
 
     sites = {"idc": Joined("idc", "http://127.0.0.1:9"), "aws": Joined("aws", None, JobsApiOf(work))}
-    lines: list[str] = []
-    ctl = Controller(fed, Store(tmp_path / "state.db"), sites, clock=lambda: clock[0], providers={"aws": prov}, ledger=ledger, log=lines.append)
+    ctl = Controller(fed, Store(tmp_path / "state.db"), sites, clock=lambda: clock[0], providers={"aws": prov}, ledger=ledger)
     try:
         ctl.submit({"entrypoint": "python train.py", "submission_id": "big", "metadata": {"queue": "team", "tasks": "2", "gpus_per_task": "8"}})
         ctl.tick()
@@ -335,7 +335,7 @@ def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_
         ctl.tick()
         prov._down.result(120)
         assert not prov.head_up() and JobsApiOf(work)() is None and prov.errors() == []
-        assert any("taking its cluster down" in line for line in lines)
+        assert any("taking its cluster down" in r.getMessage() and r.site == "aws" for r in caplog.records)
     finally:
         prov.close()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from federation import logs
 from federation.model import Federation
 from federation.runtime.api import Serving
 from federation.runtime.controller import Controller
@@ -90,18 +90,11 @@ def log_path(state: str | Path) -> Path:
     return Path(f"{state}.log")
 
 
-def _log(state: str) -> Callable[[str], None]:
-    """The actors' log lines, appended to `log_path(state)`, which `fedctl up` follows. (Ray
-    forwards actors' prints from each raylet's log monitor, so on one machine with several Ray
-    nodes every line would arrive once per node.)"""
-    lock = threading.Lock()
-
-    def log(message: str) -> None:
-        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n"
-        with lock, open(os.open(log_path(state), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8") as f:
-            f.write(line)  # owner-only, as the journal: it names jobs and their errors
-
-    return log
+def _log_to_file(state: str) -> None:
+    """The actors' log records go to `log_path(state)`, which `fedctl up` follows. (Ray forwards
+    actors' prints from each raylet's log monitor, so on one machine with several Ray nodes
+    every line would arrive once per node.)"""
+    logs.to_file(log_path(state))
 
 
 def _site(name: str):
@@ -110,7 +103,8 @@ def _site(name: str):
 
 def _mig(fed: Federation, site: str, state: str, inventory: bool):
     label, actor = f"site {site}", _site(site)
-    return live_mig(fed, site, Store(state), Remote(actor, "ray", label), Remote(actor, "provider", label) if inventory else None, _log(state))
+    _log_to_file(state)
+    return live_mig(fed, site, Store(state), Remote(actor, "ray", label), Remote(actor, "provider", label) if inventory else None)
 
 
 HostActor = ray.remote(Host)
@@ -127,8 +121,9 @@ class QueueController:
         def remote(names, part):  # the actors by name: after a restart of either, the name still finds it
             return {n: Remote(_site(n), part, f"site {n}") for n in names}
 
+        _log_to_file(state)
         ctl = Controller(fed, Store(state), remote(sites, "ray"), providers=remote(providers, "provider"),
-                         inventories=remote(inventories, "provider"), ledger=RequestLedger(state), log=_log(state),
+                         inventories=remote(inventories, "provider"), ledger=RequestLedger(state),
                          mig={n: Remote(ray.get_actor(f"mig-{n}"), "mig", f"MIG manager of {n}") for n in migs})
         self.serving = Serving(ctl, host, port, cycle_s, tokens)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 import time
-import traceback
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from federation.runtime.controller import Controller
 from federation.runtime.metrics import FederationCollector
 from federation.runtime.packages import MAX_BYTES, package_name
 from federation.runtime.sites import TERMINAL, SiteUnavailable
+
+log = logging.getLogger(__name__)
 
 WAKE = web.AppKey("wake", asyncio.Event)  # set by a submission to run the next cycle early
 
@@ -47,7 +49,7 @@ def make_app(ctl: Controller, tokens: dict[str, Grant] | None = None) -> web.App
         except web.HTTPException:
             raise
         except Exception as e:
-            ctl.log(f"API {req.method} {req.path} failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+            log.error(f"API {req.method} {req.path} failed: {type(e).__name__}: {e}", exc_info=True)
             return web.Response(status=500, text=f"internal error ({type(e).__name__}); the federation's log has the details")
 
     app = web.Application(client_max_size=MAX_BYTES, middlewares=[errors])
@@ -227,8 +229,8 @@ async def serve(ctl: Controller, host: str, port: int, cycle_s: float = 1.0, tok
                 except Exception as e:  # the loop must outlive any fault: seen, counted, backed off, tried again
                     ctl.health.failed(ctl.clock(), "cycle", f"{type(e).__name__}: {e}")
                     pause = ctl.health.backoff_s(cycle_s)
-                    ctl.log(f"cycle failed ({ctl.health.consecutive_failures} in a row; next try in {pause:g} s): "
-                            f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                    log.error(f"cycle failed ({ctl.health.consecutive_failures} in a row; next try in {pause:g} s): "
+                              f"{type(e).__name__}: {e}", exc_info=True)
                     await asyncio.sleep(pause)
                     continue
                 took = time.perf_counter() - began

@@ -8,9 +8,9 @@ back as data: a site that cannot be reached leaves its jobs as they are until th
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -44,6 +44,8 @@ from policies.tidal import (
 )
 from providers.base import Provider
 
+log = logging.getLogger(__name__)
+
 
 class Controller:
     #: how often each cloud site is reconciled against the ledger (also once at start-up)
@@ -56,8 +58,8 @@ class Controller:
 
     def __init__(self, fed: Federation, store: Store, sites: dict[str, RaySite], clock: Callable[[], float] = time.time,
                  providers: dict[str, Provider] | None = None, inventories: dict[str, Provider] | None = None,
-                 ledger: RequestLedger | None = None, log: Callable[[str], None] = lambda _: None, mig: dict | None = None):
-        self.fed, self.store, self.sites, self.clock, self.log = fed, store, sites, clock, log
+                 ledger: RequestLedger | None = None, mig: dict | None = None):
+        self.fed, self.store, self.sites, self.clock = fed, store, sites, clock
         self.providers = providers or {}  # burst sites
         self.inventories = inventories or {}  # fixed fleets whose nodes an API lists (Kubernetes)
         self.ledger = ledger or RequestLedger()
@@ -87,7 +89,7 @@ class Controller:
         self.unreachable_since: dict[str, float] = {}  # site -> since when its status calls fail
         # a site's MIG manager: in this process, or (under `fedctl up`) a proxy to its own actor
         self.mig = mig if mig is not None else {
-            s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name), log) for s in fed.sites if MigManager(fed, s.name).active}
+            s.name: live_mig(fed, s.name, store, sites.get(s.name), self.inventories.get(s.name)) for s in fed.sites if MigManager(fed, s.name).active}
         self.prewarm_gpus = 0.0  # what the forecast last wanted up in the clouds
         self.showback = Ledger()  # GPU-hours and cloud cost per queue since this controller started (as the simulator reports them)
         self.showback_lock = threading.Lock()  # the cycle books in its thread; the API reads (and accounts up to now) in another
@@ -108,17 +110,17 @@ class Controller:
                 continue
             self.in_flight[r.id] = burst_policy.InFlight(r.id, r.site, r.group, r.count, r.requested_s, tuple(r.jobs or ()))
             prov.request(r.id, self.fed.site(r.site).node_group(r.group), r.count)
-            self.log(f"{r.site}: resuming cloud request {r.id} ({r.count} x {r.group})")
+            log.info(f"resuming cloud request ({r.count} x {r.group})", extra={"site": r.site, "request": r.id})
 
     def reconcile(self, now: float) -> None:
         """Adopt the cloud machines the ledger knows, terminate the ones it does not (no leaks)."""
         self.reconciled_s = now
-        for prov in self.providers.values():
+        for site, prov in self.providers.items():
             for action in prov.reconcile():
-                self.log(action)
+                log.info(action, extra={"site": site})
         live = {n for r in self.store.jobs({"PENDING", "ADMITTED", "RUNNING"}) for n in referenced(r.runtime_env)}
         for name in self.store.drop_packages(live, uploaded_before=now - self.PACKAGE_KEEP_S):
-            self.log(f"dropped package {name}: no queued or running job refers to it")
+            log.info(f"dropped package {name}: no queued or running job refers to it")
 
     # ---- submissions ----
 
@@ -200,12 +202,12 @@ class Controller:
         self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
-            self.log(f"{site}: not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}")
+            log.warning(f"not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}", extra={"site": site})
         self._lost(d, present)
         for rid, why in d.cancel:
             f = self.in_flight[rid]
             self._cancel(rid)
-            self.log(f"{f.site}: request {rid}: {why}; released it")
+            log.warning(f"{why}; released it", extra={"site": f.site, "request": rid})
         for a in d.plan.admissions:
             row = self.store.get(a.job_id)
             placements = [p.to_dict() for p in a.placements]
@@ -280,7 +282,7 @@ class Controller:
         listed, _ = self._listed(self.inventories)
         for site, inv in self.inventories.items():
             for err in inv.errors():
-                self.log(f"{site}: {err.kind}: {err.message}")
+                log.warning(f"{err.kind}: {err.message}", extra={"site": site})
         self.fixed_nodes = self.config_nodes + tuple(listed)
 
     def _refresh_cloud(self, now: float) -> None:
@@ -294,7 +296,7 @@ class Controller:
         seen = Counter(self.made_by.values())
         for site, prov in self.providers.items():
             for err in prov.errors():
-                self.log(f"{site}: {err.kind}: {err.message}")
+                log.warning(f"{err.kind}: {err.message}", extra={"site": site})
                 f = self.in_flight.pop(err.request_id, None)
                 if f is not None:
                     self.failed.append(ProvisionFailure(f.request_id, f.site, f.group, err.kind, err.message))
@@ -312,7 +314,7 @@ class Controller:
         if queue not in {q.name for q in self.fed.queues}:
             raise BadSubmission(f"queue {queue!r} is not a queue of this federation", 404)
         self.store.stop_queue(queue, policy, self.clock())
-        self.log(f"queue {queue}: {policy or 'resume'}d by an operator")
+        log.info(f"{policy or 'resume'}d by an operator", extra={"queue": queue})
         return {"queue": queue, "stopped": policy}
 
     def _book(self, now: float, running: list[RunningJob]) -> None:
@@ -372,14 +374,14 @@ class Controller:
             row = self.store.get(job_id)
             kept = [p for p in row.placements or [] if p["node"] in present]
             self.store.update(job_id, placements=kept, message=f"running on {len(kept)} of its tasks: the others' node went away")
-            self.log(f"{row.site}: job {job_id} goes on with {len(kept)} task(s); the others' node went away")
+            log.warning(f"goes on with {len(kept)} task(s); the others' node went away", extra={"site": row.site, "job": job_id})
 
     def _requeue(self, row: JobRow, reason: str | None, why: str) -> None:
         """Queue a job again, whole, under a new attempt (and so a new dispatch id at its next site)."""
         self.site_status.pop(row.id, None)
         self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, preempted_for=None, attempt=row.attempt + 1,
                           reason=reason, message=f"{reason + ': ' if reason else ''}requeued, {why}")
-        self.log(f"{row.site}: job {row.id} requeued ({reason or 'Preempted'}): {why}")
+        log.info(f"requeued ({reason or 'Preempted'}): {why}", extra={"site": row.site, "job": row.id})
 
     #: a failed run's retry waits RETRY_BASE_S, doubling with each failure, at most RETRY_MAX_S
     #: (Kubernetes' back-off for a Job's failed pods: 10 s, doubling, capped at six minutes)
@@ -397,7 +399,7 @@ class Controller:
         self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, preempted_for=None, attempt=row.attempt + 1,
                           retries=n, not_before_s=now + wait, reason="RetryBackoff",
                           message=f"RetryBackoff: run {n} failed at {row.site}; retry {n} of {self._max_retries(row)} in {wait:g} s")
-        self.log(f"{row.site}: job {row.id} failed; retry {n} of {self._max_retries(row)} in {wait:g} s")
+        log.warning(f"failed; retry {n} of {self._max_retries(row)} in {wait:g} s", extra={"site": row.site, "job": row.id})
 
     def _month(self, now: float) -> str:
         return self._local(now).strftime("%Y-%m")
@@ -424,17 +426,17 @@ class Controller:
             self.in_flight[rid] = burst_policy.InFlight(rid, up.site, up.group, up.count, now, up.jobs)
             self.providers[up.site].request(rid, self.fed.site(up.site).node_group(up.group), up.count)
             why = ", ".join(up.jobs) or f"the forecast ({d.prewarm_gpus:g} GPUs wanted {self.cycle.forecast.lead_s:g} s ahead)"
-            self.log(f"{up.site}: requested {up.count} x {up.group} for {why} (request {rid})")
+            log.info(f"requested {up.count} x {up.group} for {why}", extra={"site": up.site, "request": rid})
         by_site: dict[str, list[str]] = {}
         for name in d.release:
             by_site.setdefault(next(n.site for n in self.cloud_nodes if n.name == name), []).append(name)
         for site, names in by_site.items():
             self.providers[site].release(names)
-            self.log(f"{site}: released {len(names)} idle node(s) (idle {self.fed.policies.burst.scale_in_idle_s:g} s): {', '.join(names)}")
+            log.info(f"released {len(names)} idle node(s) (idle {self.fed.policies.burst.scale_in_idle_s:g} s): {', '.join(names)}", extra={"site": site})
         for site in d.teardown:
             self.providers[site].teardown()
-            self.log(f"{site}: nothing there for {self.fed.policies.burst.scale_in_idle_s:g} s; taking its cluster down "
-                     "(its next scale-up brings it up again)")
+            log.info(f"nothing there for {self.fed.policies.burst.scale_in_idle_s:g} s; taking its cluster down "
+                     "(its next scale-up brings it up again)", extra={"site": site})
 
     def _heads(self) -> frozenset[str]:
         """Cluster sites (provider.cluster) whose Ray head is up: the cycle takes an idle one down."""
@@ -471,18 +473,18 @@ class Controller:
             return
         except SiteRejected as e:
             self.store.update(job_id, status="FAILED", ended_s=self.clock(), message=str(e))
-            self.log(f"{row.site}: job {job_id} failed at dispatch: {e}")
+            log.error(f"failed at dispatch: {e}", extra={"site": row.site, "job": job_id})
             return
         except Exception as e:  # a fault in one job's dispatch must not stop every other job's: seen, counted, retried
             self.health.failed(self.clock(), "dispatch", f"job {job_id} at {row.site}: {type(e).__name__}: {e}")
-            self.log(f"{row.site}: dispatching job {job_id} failed; the next cycle tries again: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+            log.warning("dispatching failed; the next cycle tries again", exc_info=True, extra={"site": row.site, "job": job_id})
             self.store.update(job_id, message=f"dispatch pending: {type(e).__name__}: {e}")
             return
         if self.store.get(job_id).status == "STOPPED":  # the user stopped it while it was being dispatched
             try:
                 site.stop(row.dispatch_id)
             except SiteUnavailable as e:
-                self.log(f"{row.site}: job {job_id} was stopped during its dispatch and cannot be stopped there: {e}")
+                log.warning(f"stopped during its dispatch and cannot be stopped there: {e}", extra={"site": row.site, "job": job_id})
             return
         self.site_status[job_id] = "PENDING"
         self.store.update(job_id, status="RUNNING", message=f"running at {row.site}")

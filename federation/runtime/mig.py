@@ -10,8 +10,9 @@ applies one config per node at a time.) Drains are cordons the controller applie
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -24,13 +25,15 @@ from federation.store import Store
 from providers.errors import ProviderFailure
 from providers.mig_backends import GpuOperatorBackend, NoDeviceBackend, RayNvmlBackend
 
+log = logging.getLogger(__name__)
+
 
 class LiveMig:
     #: after a failed reconfiguration, a node gets no new one for this long (no retry storm)
     RETRY_S = 600.0
 
-    def __init__(self, fed: Federation, site: str, store: Store, backend, log: Callable[[str], None] = lambda _: None):
-        self.site, self.store, self.backend, self.log = site, store, backend, log
+    def __init__(self, fed: Federation, site: str, store: Store, backend):
+        self.site, self.store, self.backend = site, store, backend
         self.manager = MigManager(fed, site)
         self.draining: set[str] = set()
         self.known: set[str] = set()  # the site's nodes at the last step
@@ -71,7 +74,7 @@ class LiveMig:
         self.draining -= set(d.uncordon)
         self.draining |= set(d.cordon)
         for name in d.cordon:
-            self.log(f"{self.site}: draining {name} for MIG demand {d.unmet}")
+            log.info(f"draining {name} for MIG demand {d.unmet}", extra={"site": self.site, "node": name})
         journal = self._journal()
         changes: dict[str, list] = defaultdict(list)
         for r in d.reconfigure:
@@ -88,10 +91,11 @@ class LiveMig:
             try:
                 self.backend.apply(name, target)
             except (ProviderFailure, SiteUnavailable) as e:
-                self.log(f"{self.site}: cannot re-slice {name}: {e}")
+                log.warning(f"cannot re-slice {name}: {e}", extra={"site": self.site, "node": name})
                 self._revert(name, now)
                 continue
-            self.log(f"{self.site}: re-slicing {name}: " + "; ".join(f"GPU {r.gpu} -> {[p for p, _ in r.layout] or 'whole'}" for r in rs))
+            log.info(f"re-slicing {name}: " + "; ".join(f"GPU {r.gpu} -> {[p for p, _ in r.layout] or 'whole'}" for r in rs),
+                     extra={"site": self.site, "node": name})
 
     def _node_layouts(self, name: str, gpus: int) -> dict[int, list[tuple[str, int]]]:
         rows = self._journal().get(name, {})
@@ -107,14 +111,14 @@ class LiveMig:
             try:
                 st = self.backend.state(name, self._node_layouts(name, nodes[name].gpus))
             except (ProviderFailure, SiteUnavailable) as e:
-                self.log(f"{self.site}: cannot read {name}'s MIG state: {e}")
+                log.warning(f"cannot read {name}'s MIG state: {e}", extra={"site": self.site, "node": name})
                 continue
             if st.state == "success":
                 for gpu, (layout, _, state) in rows.items():
                     if state == "APPLYING":
                         self.store.set_mig(name, gpu, [list(i) for i in layout], "READY", now)
             elif st.state == "failed":
-                self.log(f"{self.site}: re-slicing {name} failed: {st.message}; its previous layout stands")
+                log.warning(f"re-slicing {name} failed: {st.message}; its previous layout stands", extra={"site": self.site, "node": name})
                 self._revert(name, now)
 
     def _revert(self, name: str, now: float) -> None:
@@ -128,7 +132,7 @@ class LiveMig:
                 for n, g, lay, _, st, _ in self.store.mig_layouts() if n in self.known]
 
 
-def live_mig(fed: Federation, site: str, store: Store, ray_site, inventory, log: Callable[[str], None] = lambda _: None) -> LiveMig:
+def live_mig(fed: Federation, site: str, store: Store, ray_site, inventory) -> LiveMig:
     """The site's MIG manager with the backend its `mig.backend` names. `auto` is the GPU Operator
     where the fleet is a Kubernetes inventory, bookkeeping only for local and simulated nodes
     (logical GPUs), and NVML through a Ray job on the node for any other Ray site (bare metal).
@@ -148,4 +152,4 @@ def live_mig(fed: Federation, site: str, store: Store, ray_site, inventory, log:
         backend = RayNvmlBackend(ray_site, models.__getitem__, fed.policies.mig.agent_runtime_env)
     else:
         backend = NoDeviceBackend()
-    return LiveMig(fed, site, store, backend, log)
+    return LiveMig(fed, site, store, backend)
