@@ -105,8 +105,13 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Config files to c
 
 
 @app.command()
-def schema() -> None:
+def schema(markdown: Annotated[bool, typer.Option("--markdown", help="The config reference (docs/config.md) instead.")] = False) -> None:
     """Print the config's JSON Schema, for editors (e.g. yaml-language-server's `$schema`)."""
+    if markdown:
+        from federation.config_reference import markdown as reference
+
+        typer.echo(reference(), nl=False)
+        return
     from federation.schema import FederationSpec
 
     print_json(FederationSpec.model_json_schema())
