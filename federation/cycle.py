@@ -326,7 +326,7 @@ class DecisionCycle:
         enabled, budget = effective_burst(fed, obs.local)
         d = burst_policy.decide(fed, now, burst_policy.BurstInputs(
             plan.capacity_requests, tuple(nodes), in_flight, frozenset(self.blocked), enabled, budget, obs.month_spend_usd, out.prewarm_gpus,
-            frozenset(j for jobs in claims.values() for j in jobs), obs.queue_month_spend_usd))
+            frozenset(j for jobs in claims.values() for j in jobs), obs.queue_month_spend_usd, obs.heads))
         for job_id, (code, message) in d.reasons.items():
             out.reasons[job_id] = PendingReason(code, message)
         for up in d.scale_up:

@@ -130,6 +130,11 @@ class Site:
         then its cluster is somebody else's and always there."""
         return getattr(self.provider, "cluster", None)
 
+    @property
+    def head_price_usd_per_hour(self) -> float:
+        """What the site's Ray head costs while it is up (a cluster the federation makes), else 0."""
+        return self.cluster.head_price_usd_per_hour if self.cluster is not None else 0.0
+
     def node_group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
             if g.name == name:

@@ -139,6 +139,8 @@ class AwsCluster(Strict):
     """An instance profile for the nodes; unset: a role that may read only the Ray token."""
     head_boot_s: NonNegativeFloat = 300.0
     """How long a cluster that is down takes to come up before its first workers can join (the simulator's model; live, provisioning_timeout_s covers it)."""
+    head_price_usd_per_hour: NonNegativeFloat = 0.0
+    """What the head costs per hour while it is up: counted in the site's and the month's spend and in the hourly budget (no queue's: it serves them all)."""
 
 
 class AwsProvider(Strict):

@@ -62,6 +62,21 @@ class Ledger:
         self.paid_node_s = 0.0
         self.idle_paid_node_s = 0.0
         self.total_cost = 0.0
+        self.heads: dict[str, tuple[float, float]] = {}  # cluster site whose head is up -> (USD/h, accounted up to)
+
+    def set_heads(self, t: float, up: dict[str, float]) -> None:
+        """The cluster sites whose Ray head is up now, with its price: a head costs its site (and
+        the month) while it is up, and no queue (it serves them all); it holds no GPUs."""
+        self._advance_heads(t)
+        self.heads = {site: self.heads.get(site, (price, t)) for site, price in up.items()}
+
+    def _advance_heads(self, t: float) -> None:
+        for site, (price, since) in self.heads.items():
+            if t > since:
+                usd = price * (t - since) / 3600
+                self.site_cost[site] += usd
+                self.total_cost += usd
+                self.heads[site] = (price, t)
 
     def node_up(self, t: float, name: str, site: str, gpus: int, cloud: bool, price: float, trigger: str | None, paid_since: float | None = None) -> None:
         self.books[name] = _NodeBook(site, gpus, cloud, price, trigger, t)
@@ -138,6 +153,7 @@ class Ledger:
         """Cloud cost so far by queue and by site, accounted up to `t` (cloud nodes alone accrue it)."""
         for name in self.cloud_books:
             self._advance(name, t)
+        self._advance_heads(t)
         return dict(self.cost), dict(self.site_cost)
 
     def node_down(self, t: float, name: str) -> None:
@@ -148,3 +164,4 @@ class Ledger:
     def close(self, t: float) -> None:
         for name in list(self.books):
             self._advance(name, t)
+        self._advance_heads(t)

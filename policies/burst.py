@@ -68,6 +68,7 @@ class BurstInputs:
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
     served: frozenset[str] = frozenset()  # jobs whose bought nodes are up and held for them
     queue_spend_usd: dict[str, float] = field(default_factory=dict)  # this month's cloud spend charged to each queue (showback)
+    heads: frozenset[str] = frozenset()  # cluster sites whose head is up (it costs its head_price_usd_per_hour)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
     covered = {j for f in inp.in_flight for j in f.jobs} | inp.served
     burn = sum(_group(fed, n.site, n.group).price_usd_per_hour for n in inp.nodes)
     burn += sum(_group(fed, f.site, f.group).price_usd_per_hour * f.count for f in inp.in_flight)
+    # a cluster site's head costs while it is up; a scale-up where it is down brings it up too
+    headed = set(inp.heads) | {n.site for n in inp.nodes} | {f.site for f in inp.in_flight}
+    burn += sum(fed.site(s).head_price_usd_per_hour for s in headed)
     used = {}
     for n in inp.nodes:
         used[(n.site, n.group)] = used.get((n.site, n.group), 0) + 1
@@ -138,12 +142,17 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
             extra = len(filled) - len(opened.get(key, []))
             if used.get(key, 0) + extra > g.max_nodes:
                 continue
-            if burn + extra * g.price_usd_per_hour > inp.budget_usd_per_hour:
-                out.reasons[req.job_id] = ("BurstBudgetExhausted", f"{extra} more node(s) of {g.name} would pass budget_usd_per_hour {inp.budget_usd_per_hour:g} (now {burn:.2f})")
+            head = fed.site(g.site).head_price_usd_per_hour if extra and g.site not in headed else 0.0
+            if burn + extra * g.price_usd_per_hour + head > inp.budget_usd_per_hour:
+                with_head = f" and {g.site}'s head" if head else ""
+                out.reasons[req.job_id] = ("BurstBudgetExhausted", f"{extra} more node(s) of {g.name}{with_head} would pass budget_usd_per_hour "
+                                                                   f"{inp.budget_usd_per_hour:g} (now {burn:.2f})")
                 continue
             opened[key] = filled
             used[key] = used.get(key, 0) + extra
-            burn += extra * g.price_usd_per_hour
+            burn += extra * g.price_usd_per_hour + head
+            if extra:
+                headed.add(g.site)
             plans.setdefault(key, []).append(req.job_id)
             out.reasons.pop(req.job_id, None)
             placed = True
@@ -155,7 +164,7 @@ def decide(fed: Federation, now: float, inp: BurstInputs) -> BurstDecision:
         if count:
             out.scale_up.append(ScaleUp(site, group, count, tuple(jobs)))
     if inp.enabled and month_left:
-        out.scale_up += _prewarm(fed, inp, out.scale_up, used, burn)
+        out.scale_up += _prewarm(fed, inp, out.scale_up, used, burn, headed)
     out.release = _idle_to_release(fed, now, inp)
     return out
 
@@ -229,7 +238,7 @@ def _cloud_gpus(fed: Federation, inp: BurstInputs, ups: list[ScaleUp]) -> float:
             + sum(_group(fed, u.site, u.group).gpus_per_node * u.count for u in ups))
 
 
-def _prewarm(fed: Federation, inp: BurstInputs, ups: list[ScaleUp], used: dict, burn: float) -> list[ScaleUp]:
+def _prewarm(fed: Federation, inp: BurstInputs, ups: list[ScaleUp], used: dict, burn: float, headed: set[str]) -> list[ScaleUp]:
     """Nodes for the forecast's gap, cheapest GPUs first (or as listed), for no job yet."""
     gap = inp.prewarm_gpus - _cloud_gpus(fed, inp, ups)
     groups = [g for s in fed.sites if s.is_cloud for g in s.node_groups if g.elastic and g.gpus_per_node and (s.name, g.name) not in inp.blocked]
@@ -241,13 +250,17 @@ def _prewarm(fed: Federation, inp: BurstInputs, ups: list[ScaleUp], used: dict, 
             break
         key = (g.site, g.name)
         count = min(math.ceil(gap / g.gpus_per_node), g.max_nodes - used.get(key, 0))
+        head = fed.site(g.site).head_price_usd_per_hour if g.site not in headed else 0.0
         if g.price_usd_per_hour > 0 and math.isfinite(inp.budget_usd_per_hour):
-            count = min(count, math.floor((inp.budget_usd_per_hour - burn) / g.price_usd_per_hour + EPS_S))
+            count = min(count, math.floor((inp.budget_usd_per_hour - burn - head) / g.price_usd_per_hour + EPS_S))
+        elif head > 0 and burn + head > inp.budget_usd_per_hour:
+            count = 0
         if count <= 0:
             continue
         out.append(ScaleUp(g.site, g.name, count, ()))
         used[key] = used.get(key, 0) + count
-        burn += count * g.price_usd_per_hour
+        burn += count * g.price_usd_per_hour + head
+        headed.add(g.site)
         gap -= count * g.gpus_per_node
     return out
 

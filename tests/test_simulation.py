@@ -362,7 +362,7 @@ def test_a_cluster_site_comes_up_with_its_first_burst_and_goes_down_when_idle(tm
     doc = yaml.safe_load(CLAIMS)
     doc["sites"][1] = {"name": "aws", "kind": "aws",
                        "provider": {"kind": "aws", "region": "us-east-1", "terraform_dir": "infra/terraform/aws", "image_id": "ami-1",
-                                    "ray_auth_token_parameter": "/t/ray-token", "cluster": {"head_boot_s": 900}},
+                                    "ray_auth_token_parameter": "/t/ray-token", "cluster": {"head_boot_s": 900, "head_price_usd_per_hour": 2}},
                        "node_groups": [{"name": "od", "gpu_model": "A100-80GB", "gpus_per_node": 8, "cpus_per_node": 64, "memory_gib_per_node": 512,
                                         "max_nodes": 4, "price_usd_per_hour": 30, "boot_s": 300, "instance_type": "p4d.24xlarge"}]}
     fed = parse(yaml.safe_dump(doc), "cluster.yaml")
@@ -379,6 +379,18 @@ def test_a_cluster_site_comes_up_with_its_first_burst_and_goes_down_when_idle(tm
     b1_end = t[2] + 1000
     assert t[3] == b1_end + 600 and t[4] == t[3] + 600  # idle node after scale_in_idle_s, the cluster after as long again
     assert t[7] == t[5] + 900
+    # a node is billed from its request, the head from its launch to its teardown, to the site and no queue
+    node_h = ((t[3] - t[0]) + (t[8] - t[5])) / 3600
+    head_h = ((t[4] - t[1]) + (t[9] - t[6])) / 3600
+    assert res.ledger.site_cost["aws"] == pytest.approx(30 * node_h + 2 * head_h)
+    assert res.ledger.total_cost == pytest.approx(30 * node_h + 2 * head_h)
+    assert sum(res.ledger.cost.values()) == pytest.approx(30 * node_h)
+
+    # an hourly budget that holds a node but not the head as well: nothing is bought
+    doc["policies"]["burst"]["budget_usd_per_hour"] = 31
+    res = Simulator(parse(yaml.safe_dump(doc), "cluster.yaml"), read_jsonl(write_trace(tmp_path, records), fed), SimOptions(seed=1)).run()
+    assert not [e for e in res.events if e["type"] == "scale_up"]
+    assert any(e["type"] == "pending" and e["job"] == "b1" and e["reason"] == "BurstBudgetExhausted" for e in res.events)
 
 
 def test_the_report_counts_preemptions_by_reason_consolidation_among_them(tmp_path):

@@ -298,7 +298,8 @@ def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_
     from providers.terraform import JobsApiOf
 
     caplog.set_level("INFO", logger="federation")
-    fed = parse(yaml.safe_dump({**yaml.safe_load(cluster_config(tmp_path, "life", "http://127.0.0.1:9").read_text()),
+    head = {"zones": ["us-east-1a"], "controller_cidrs": ["127.0.0.1/32"], "head_price_usd_per_hour": 3.6}
+    fed = parse(yaml.safe_dump({**yaml.safe_load(cluster_config(tmp_path, "life", "http://127.0.0.1:9", cluster=head).read_text()),
                                 "queues": [{"name": "team", "deserved": {"gpu": 8}, "burst": True}],
                                 "policies": {"burst": {"enabled": True, "pending_wait_s": 60, "scale_in_idle_s": 300, "budget_usd_per_hour": 100}}}), "f.yaml")
     clock = [1_800_000_000.0]
@@ -336,6 +337,11 @@ def test_the_controller_brings_a_cluster_up_with_its_first_workers_and_takes_it_
         prov._down.result(120)
         assert not prov.head_up() and JobsApiOf(work)() is None and prov.errors() == []
         assert any("taking its cluster down" in r.getMessage() and r.site == "aws" for r in caplog.records)
+        # the head was seen up from the cycle after the apply (+301 s) to the one that took it down: 602 s at 3.6 USD/h,
+        # billed to the site, no queue's
+        book = ctl.showback
+        assert book.site_cost["aws"] - sum(book.cost.values()) == pytest.approx(3.6 * 602 / 3600)
+        assert ctl.ledger.spend_by(ctl._month(clock[0]), "site")["aws"] == pytest.approx(book.site_cost["aws"])
     finally:
         prov.close()
 

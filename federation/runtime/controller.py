@@ -94,6 +94,7 @@ class Controller:
         self.showback = Ledger()  # GPU-hours and cloud cost per queue since this controller started (as the simulator reports them)
         self.showback_lock = threading.Lock()  # the cycle books in its thread; the API reads (and accounts up to now) in another
         self.showback_since = clock()
+        self.heads_up: frozenset[str] = frozenset()  # cluster sites whose head was up at the last cycle
         self.booked_cost: tuple[dict[str, float], dict[str, float]] = ({}, {})  # showback's cost already journaled, by queue and by site
         self.forecast_error: dict[str, float] | None = None  # the journal's last day, predicted without it
         self.listing: dict[str, list] = {}  # site -> its provider's last successful listing
@@ -330,6 +331,7 @@ class Controller:
             nodes[n.name] = (n.site, n.gpus, cloud, price, trigger)
         with self.showback_lock:
             self.showback.sync(now, nodes, holdings(running))
+            self.showback.set_heads(now, {s: self.fed.site(s).head_price_usd_per_hour for s in self.heads_up})
             costs = self.showback.cloud_costs(now)
         # the month's spend per queue and per site, journaled (queue budgets hold across restarts)
         month = self._month(now)
@@ -412,6 +414,7 @@ class Controller:
         """
         last = self.ledger.metered_s()
         rate = sum(self.fed.site(n.site).node_group(n.node_group).price_usd_per_hour for n in self.cloud_nodes)
+        rate += sum(self.fed.site(s).head_price_usd_per_hour for s in self.heads_up)
         if last is None or now <= last:
             self.ledger.charge(self._month(now), 0.0, now)
             return
@@ -448,7 +451,8 @@ class Controller:
                         up.add(site)
                 except SiteUnavailable:
                     pass  # not known now: nothing is taken down on a guess
-        return frozenset(up)
+        self.heads_up = frozenset(up)  # for the meter and showback, which run after the cycle
+        return self.heads_up
 
     def _local(self, now: float) -> datetime:
         return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone))

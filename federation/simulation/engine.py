@@ -479,6 +479,7 @@ class Simulator:
             self._node_down(t, name)
         for site in d.teardown:
             del self.heads[site]
+            self.ledger.set_heads(t, {s: self.fed.site(s).head_price_usd_per_hour for s in self.heads})
             self.emit(t, "cluster_down", site=site)
         for job_id, _why in d.evict:  # the live controller says why in the job's message; here the event names the node
             self._requeue(t, job_id, "NodeLost")
@@ -506,6 +507,7 @@ class Simulator:
         if site.cluster is not None:  # a cluster that is down comes up first: its workers join its head
             if up.site not in self.heads:
                 self.heads[up.site] = t + site.cluster.head_boot_s
+                self.ledger.set_heads(t, {s: self.fed.site(s).head_price_usd_per_hour for s in self.heads})  # billed from its launch
                 self.emit(t, "cluster_up", site=up.site, ready_s=self.heads[up.site])
             head_s = self.heads[up.site]
         for i in range(up.count):  # a node slower than provisioning_timeout_s is given up on by the cycle
