@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -136,14 +137,33 @@ def simulate(
 
     fed = load_config(config)
     trace_obj = _read_trace(fed, trace, trace_format, qos_queue, skip_bad_lines)
-    from rich.progress import BarColumn, Progress, TextColumn
-
-    with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs done"), console=err, transient=True) as bar:
-        task = bar.add_task("sim", total=len(trace_obj.jobs))
-        opts = SimOptions(seed=seed, start=parse_start(start), progress=lambda t, done, total: bar.update(task, completed=done))
+    with _progress("simulating", "jobs done", len(trace_obj.jobs)) as update:
+        opts = SimOptions(seed=seed, start=parse_start(start), progress=lambda t, done, total: update(done))
         report, _ = run_sim(fed, trace_obj, out, opts, html=not no_html)
     err.print(f"wrote {out}/report.json, events.jsonl{'' if no_html else ', report.html'} in {report['wall_s']} s")
     print_json({k: report[k] for k in ("jobs", "wait_s", "gpu_utilization", "invariants")})
+
+
+@contextmanager
+def _progress(label: str, unit: str, total: int | None):
+    """A progress bar on a terminal; piped (CI, `| tee`), a plain line at each tenth of the way,
+    so a long run is never silent. Yields `update(done, total=None)`."""
+    if err.is_terminal:
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        with Progress(TextColumn(label), BarColumn(), TextColumn(f"{{task.completed}}/{{task.total}} {unit}"), console=err, transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda done, of=None: bar.update(task, completed=done, total=of or total)
+        return
+    began, shown = time.monotonic(), [-1]
+
+    def update(done: int, of: int | None = None) -> None:
+        whole = of or total
+        if whole and (tenth := 10 * done // whole) > shown[0]:
+            shown[0] = tenth
+            err.print(f"{label}: {done:,}/{whole:,} {unit} ({10 * tenth}%) after {time.monotonic() - began:.0f} s", soft_wrap=True)
+
+    yield update
 
 
 def _read_trace(fed, path: Path, fmt: str, qos_queue: list[str] | None, skip_bad_lines: bool):
@@ -340,7 +360,6 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
 
 def _watch(con, render, every_s: float) -> None:
     """Redraw in place on a terminal; piped, print each state once, with its time."""
-    import time
 
     from rich.console import Group
     from rich.live import Live
@@ -502,11 +521,8 @@ def frag(
         raise FederationError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
     if not 0 < tune <= 5:
         raise FederationError("--tune: give a factor between 0 and 5, e.g. 1.3")
-    from rich.progress import BarColumn, Progress, TextColumn
-
-    with Progress(TextColumn(f"{policy}, seed {seed}"), BarColumn(), TextColumn("{task.completed}/{task.total} pods"), console=err, transient=True) as bar:
-        task = bar.add_task("frag", total=None)
-        rows = run_frag(nodes, pods, policy, seed, tune, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with _progress(f"{policy}, seed {seed}", "pods", None) as update:
+        rows = run_frag(nodes, pods, policy, seed, tune, progress=update)
     write_csv(rows, out)
     at100 = next(a for b, a, _ in rows if b == 100)
     err.print(f"{policy}, seed {seed}: {100 - at100:.2f}% of GPUs unallocated at 100% arrived; wrote {out}")

@@ -561,8 +561,11 @@ class _Cycle:
 
     def _moved(self, job: JobSpec, site: str, movers: list[RunningJob]) -> tuple[tuple[str, ...], dict[str, tuple[TaskPlacement, ...]]] | None:
         """The nodes `job` would take at `site` were `movers` gone, and where each mover would go
-        instead, if each fits elsewhere on the site (a dry run: the state is restored)."""
+        instead, if each fits elsewhere on the site (a dry run: the state is restored). A mover's
+        new place is taken at once while it still runs (within its grace) where it is: so it must
+        be free now, off every mover's present nodes, not only once they have all stopped."""
         topology = self.policies.placement.gang_topology
+        present = frozenset(p.node for v in movers for p in v.placements)
         for v in movers:
             self.cluster.apply(v.spec, v.placements, -1)
         undo: list[tuple[JobSpec, list[TaskPlacement]]] = []
@@ -574,7 +577,7 @@ class _Cycle:
             places = {}
             for v in movers:
                 spec = replace(v.spec, tasks=len(v.placements), min_tasks=None)
-                again = place_gang(self.cluster, spec, site, self.strategy, topology, self._blocked_for(v.spec))
+                again = place_gang(self.cluster, spec, site, self.strategy, topology, self._blocked_for(v.spec) | present)
                 if again is None:
                     return None
                 undo.append((spec, again))
