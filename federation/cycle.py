@@ -131,6 +131,7 @@ class DecisionCycle:
         self.unclaimed: set[str] = set()  # jobs that gave their claim up (see Plan.unclaimed)
         self.up_since: dict[str, float] = {}  # cloud node made for jobs -> when this cycle first saw it
         self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
+        self.reclaimed: dict[str, tuple[int, float]] = {}  # queue -> (reclaims in a row, until when it may not borrow)
         # placement weighs fragmentation by the mix of the jobs submitted so far (FGD's target workload)
         self.tally = MixTally()
         self.strategy = make_strategy(fed.policies.placement.strategy)
@@ -181,11 +182,14 @@ class DecisionCycle:
         reservations = last.reservations if last else {}
         snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full),
                         queues, covered, reservations, over, upcoming, claims, obs.stopped,
-                        last.consolidating if last else {}, last.moving if last else {})
+                        last.consolidating if last else {}, last.moving if last else {},
+                        {q: until for q, (_, until) in self.reclaimed.items() if until > now})
         state = self.state or CycleState.build(snap, self.strategy)
         state.quota.past = past
         plan = out.plan = schedule(snap, now, state)
         out.reasons = dict(plan.pending)
+        if fed.policies.preemption.reclaim_backoff_s and plan.preemptions:
+            self._back_off(obs, plan)
         self.unclaimed = (self.unclaimed | set(plan.unclaimed)) & obs.pending.keys()
         wakes = [plan.wake_at_s] if plan.wake_at_s is not None else []
         shrink = fed.policies.preemption.quota_shrink_delay_s
@@ -229,6 +233,20 @@ class DecisionCycle:
                 stale[r.spec.id] = since
         self.stale_since = stale
         return min((since + grace for since in stale.values()), default=None)
+
+    def _back_off(self, obs: Observation, plan: Plan) -> None:
+        """Kueue KEP-14468's reclaim back-off: a queue reclaim took from may not borrow again for
+        reclaim_backoff_s, doubled for each reclaim in a row (one within reclaim_backoff_max_s
+        of the last back-off's end), at most reclaim_backoff_max_s. Reclaims during a back-off
+        are of the same episode (the queue could not have borrowed again): they do not double it."""
+        pol = self.fed.policies.preemption
+        queue_of = {r.spec.id: r.spec.queue for r in obs.running}
+        for q in {queue_of[p.job_id] for p in plan.preemptions if p.reason in ("Reclaim", "ReclaimWhileBorrowing") and p.job_id in queue_of}:
+            n, until = self.reclaimed.get(q, (0, -math.inf))
+            if obs.now < until:
+                continue
+            n = n + 1 if obs.now - until < pol.reclaim_backoff_max_s else 1
+            self.reclaimed[q] = (n, obs.now + min(pol.reclaim_backoff_s * 2 ** (n - 1), pol.reclaim_backoff_max_s))
 
     def _teardown(self, obs: Observation, out: Decisions) -> float | None:
         """A site whose whole cluster the federation made goes down after `scale_in_idle_s` with

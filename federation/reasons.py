@@ -18,6 +18,7 @@ class Reason(StrEnum):
     UnknownQueue = "UnknownQueue"
     QueuePaused = "QueuePaused"
     RetryBackoff = "RetryBackoff"
+    ReclaimBackoff = "ReclaimBackoff"
     # capacity and placement (federation.scheduler)
     NoFeasibleNode = "NoFeasibleNode"
     WaitingForCapacity = "WaitingForCapacity"
@@ -44,6 +45,7 @@ MEANING: dict[Reason, str] = {
     Reason.MaxRunningJobs: "its queue runs as many jobs as its max_running_jobs allows; it runs when one of them ends",
     Reason.UnknownQueue: "its queue is not a leaf queue of this federation (the config changed under it)",
     Reason.RetryBackoff: "its last run failed at its site; it runs again (max_retries) once its back-off is over: 10 s after the first failure, doubling, at most 6 min",
+    Reason.ReclaimBackoff: "reclaim took its queue's borrowed work a short while ago (policies.preemption.reclaim_backoff_s, doubling with each reclaim in a row): its queue may not borrow again until then, so it is not admitted and reclaimed over and over; within deserved it runs",
     Reason.QueuePaused: "an operator paused or drained its queue (or an ancestor): `fedctl queue resume` lets it run again",
     Reason.NoFeasibleNode: "no node type at its queue's sites can ever hold one of its tasks",
     Reason.WaitingForCapacity: "quota allows it, but no site has room for the whole gang now; it runs as jobs end (its nodes may be reserved for it)",

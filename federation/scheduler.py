@@ -64,6 +64,7 @@ class Snapshot:
     stopped: dict[str, str] = field(default_factory=dict)  # queue -> "pause" (admit nothing) or "drain" (and stop what runs), by an operator
     consolidating: dict[str, tuple[tuple[str, ...], float]] = field(default_factory=dict)  # kept from the last plan
     moving: dict[str, tuple[tuple[TaskPlacement, ...], float]] = field(default_factory=dict)  # kept from the last plan
+    borrow_backoff: dict[str, float] = field(default_factory=dict)  # queue -> until when it may not borrow (reclaim back-off)
 
 
 @dataclass
@@ -351,6 +352,10 @@ class _Cycle:
                 self.quota_failed[qkey] = (reason, verdict.pool)
             if verdict.pool:  # more nodes would let it in: burst may add them
                 self._request_capacity(job)
+            return
+        if verdict.borrowing and (until := self.snap.borrow_backoff.get(job.queue, 0.0)) > self.now:
+            self.pending[job.id] = PendingReason("ReclaimBackoff", f"reclaim took its queue's borrowed work; it may borrow again in {until - self.now:.0f} s", need)
+            self.wake_at = min(self.wake_at or float("inf"), until)
             return
         shape = (tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile)
         if job.id in self.consolidating or job.id in self.freeing:  # nodes held for it are blocked for its like: its own shape

@@ -277,6 +277,10 @@ class PreemptionPolicy(Strict):
     """How long a job runs before reclaim may take it, so capacity does not thrash between queues; priority preemption inside a queue is not held back."""
     borrow_within_cohort_max_priority: int | None = None
     """Kueue's borrowWithinCohort: a job that would borrow may take other queues' borrowed work of lower priority, at most this one (ReclaimWhileBorrowing), never leaving them below their deserved share; unset: off."""
+    reclaim_backoff_s: NonNegativeFloat = 0.0
+    """Kueue KEP-14468's reclaim back-off: after reclaim takes a queue's borrowed work, that queue may not borrow again for this long, doubling with each reclaim in a row (within reclaim_backoff_max_s of the last), so it is not admitted and reclaimed again and again; within its deserved share it is not held back. 0: off."""
+    reclaim_backoff_max_s: PositiveFloat = 3600.0
+    """The longest reclaim back-off; a queue not reclaimed from for this long starts again at reclaim_backoff_s."""
     consolidation: bool = True
     """KAI's consolidation: a gang that fragmentation alone keeps out moves the fewest preemptible jobs that can run elsewhere."""
     stale_gang_grace_s: NonNegativeFloat = 60.0

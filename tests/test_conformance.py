@@ -156,6 +156,11 @@ def expect_consolidated(gang: str, *movers: str, by: float):
     return check
 
 
+def restarts(r: Run, *jobs: str) -> list[float]:
+    """When each of `jobs` started again after it was first stopped, earliest first."""
+    return sorted(next((e["t"] for e in r.events if e["type"] == "start" and e["job"] == j and e["t"] > r.start(j)), float("inf")) for j in jobs)
+
+
 def expect_waits(*jobs, until=10_000.0, reason=None):
     """The jobs do not start before `until` (when the jobs holding the cluster end); with
     `reason`, each waits for that reason (its last pending reason)."""
@@ -375,6 +380,23 @@ CASES = [
          "  - {name: c1, deserved: {gpu: 4}}\n  - {name: c2, deserved: {gpu: 4}}",
          [J("c1-own", "c1", gpus=4, kind="build"), J("c2-a", "c2", gpus=4, kind="interactive"), J("c2-low", "c2", gpus=4), J("in", "c1", at=100, gpus=4, kind="urgent")],
          nodes=[(3, 4)], expect=both(expect_preempted(), expect_starts(**{"in": 10_000}))),
+    Case("a queue reclaimed from may not borrow again until its back-off ends", "Kueue KEP-14468 (reclaim backoff)",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J(f"q1-{i}", "q1", gpus=1) for i in range(8)] + [J("short", "q0", at=100, gpus=1, dur=50), J("long", "q0", at=100, gpus=1)],
+         nodes=[(8, 1)], policies="preemption: {grace_s: 10, reclaim_backoff_s: 600}",
+         expect=lambda r: (len(r.preempted()) == 2 and restarts(r, *r.preempted()) == [700.0, 10_000.0]) or pytest.fail(f"{r.preempted()} {r.events}")),
+    Case("a queue reclaimed from again after its back-off waits twice as long", "Kueue KEP-14468 (reclaim backoff)",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J(f"q1-{i}", "q1", gpus=1) for i in range(8)] + [J("short", "q0", at=100, gpus=1, dur=50), J("long", "q0", at=100, gpus=1),
+                                                           J("again", "q0", at=800, gpus=1, dur=50)],
+         nodes=[(8, 1)], policies="preemption: {grace_s: 10, reclaim_backoff_s: 600}",
+         expect=lambda r: (restarts(r, "q1-0") == [700.0] and r.preempted().get("q1-0") == "Reclaim"
+                           and [e["t"] for e in r.events if e["type"] == "start" and e["job"] == "q1-0"][-1] == 800 + 1200)
+         or pytest.fail(f"{[(e['t'], e['type'], e.get('job')) for e in r.events if e.get('job') in ('q1-0', 'again')]}")),
+    Case("without a reclaim back-off a reclaimed queue borrows again at once", "Kueue KEP-14468 (the spin it is for)",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J(f"q1-{i}", "q1", gpus=1) for i in range(8)] + [J("short", "q0", at=100, gpus=1, dur=50), J("long", "q0", at=100, gpus=1)],
+         nodes=[(8, 1)], expect=lambda r: (restarts(r, *r.preempted()) == [r.start("short") + 50, 10_000.0]) or pytest.fail(f"{r.preempted()}")),
     Case("reclaim borrowed quota from the same priority", "Kueue preemption_test.go", "  - {name: c1, deserved: {gpu: 6}}\n  - {name: c2, deserved: {gpu: 6}}",
          [J("c1-1", "c1", gpus=2), J("c2-1", "c2", gpus=2, tasks=2), J("c2-2", "c2", gpus=2, tasks=2), J("in", "c1", at=100, gpus=2)],
          nodes=[(5, 2)], expect=lambda r: (len(r.preempted()) == 1 and set(r.preempted()) <= {"c2-1", "c2-2"} and r.start("in") <= SOON) or pytest.fail(str(r.preempted())),
