@@ -470,13 +470,12 @@ class _Cycle:
         policy = self.policies.preemption
         if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None):
             pool += [r for q, rs in self.running_by_queue.items() if q != job.queue and self.quota.borrowing(q) for r in rs]
-        min_run = self.policies.preemption.reclaim_min_runtime_s
-        found, young = candidates(job, pool, self.quota, set(sites), self.policies.preemption.reclaim, within, self.now - min_run,
-                                  self.policies.preemption.borrow_within_cohort_max_priority)
+        min_run = policy.reclaim_min_runtime_s
+        found, young = candidates(job, pool, self.quota, set(sites), policy.reclaim, within, self.now - min_run, policy.borrow_within_cohort_max_priority)
         if young is not None:  # look again when the first of them has run long enough
             self.wake_at = min(self.wake_at or float("inf"), young + min_run)
         cands = [c for c in found if c.job.spec.id not in self.victims]
-        budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
+        budget = policy.max_victims_per_cycle - len(self.preemptions)
         if not cands or budget <= 0:
             return False
 
