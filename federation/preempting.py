@@ -1,0 +1,182 @@
+"""Step 4 of the cycle (see `federation.scheduler`): preemption and consolidation.
+
+Where a job cannot start, it may displace others: its own queue's lower priorities (KAI's
+preempt action, Kueue's withinClusterQueue), borrowed work of other queues when it is within its
+deserved share (reclaim) or, opted in, when it borrows itself (Kueue's borrowWithinCohort); or,
+where the GPUs are free but scattered, consolidation moves the fewest jobs that fit elsewhere.
+Victims are chosen by `federation.preemption`; this module owns what the cycle does with them:
+the preemptor owns what they free until it runs (`_Cycle.freeing`) and its queue's lower
+priorities wait behind it, so partial releases cannot make a preemption loop (Kueue #13662).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from federation.holds import free_gpu_milli
+from federation.model import (
+    JobSpec,
+    PendingReason,
+    Preemption,
+    Resources,
+    RunningJob,
+    TaskPlacement,
+)
+from federation.placement import place_gang
+from federation.preemption import candidates, select_victims
+
+
+class Preempting:
+    """The preemption step of `federation.scheduler._Cycle`, which it is mixed into: it reads
+    and writes the cycle's state (`quota`, `cluster`, `stopping`, `freeing`, `victims`,
+    `preemptions`, `pending`, `moving`, `held`, `consolidating`, `wake_at`) as the other steps do."""
+
+    def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
+        """Choose victims for `job` (or see that victims already stopping suffice)."""
+        within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
+        stopping = self.stopping
+        if stopping and self._fits_without(job, sites, stopping):
+            self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(stopping)} preempted job(s) are stopping within their grace period", job.request())
+            if job.id in self.freeing:
+                self._hold_back(job)  # they stop for it (not just for anyone who could use what they free)
+            return True
+        pool = list(self.running_by_queue.get(job.queue, ()))
+        policy = self.policies.preemption
+        if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None):
+            pool += [r for q, rs in self.running_by_queue.items() if q != job.queue and self.quota.borrowing(q) for r in rs]
+        min_run = policy.reclaim_min_runtime_s
+        found, young = candidates(job, pool, self.quota, set(sites), policy.reclaim, within, self.now - min_run, policy.borrow_within_cohort_max_priority)
+        if young is not None:  # look again when the first of them has run long enough
+            self.wake_at = min(self.wake_at or float("inf"), young + min_run)
+        cands = [c for c in found if c.job.spec.id not in self.victims]
+        budget = policy.max_victims_per_cycle - len(self.preemptions)
+        if not cands or budget <= 0:
+            return False
+
+        def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
+            q = victim.spec.queue
+            gone = sum((v.usage for v in chosen if v.spec.queue == q), Resources())
+            return any(not (self.quota.usage[a] - gone).fits_in(self.quota.queues[a].deserved) for a in self.quota.path(q))
+
+        def keeps_share(victim: RunningJob, chosen: list[RunningJob]) -> bool:
+            q = victim.spec.queue
+            gone = sum(v.usage.gpu_milli for v in chosen if v.spec.queue == q) + victim.usage.gpu_milli
+            return self.quota.usage[q].gpu_milli - gone >= self.quota.queues[q].deserved.gpu_milli
+
+        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, keeps_share, budget)
+        if chosen is None:
+            return False
+        for c in chosen:
+            self.victims.add(c.job.spec.id)
+            self.stopping.append(c.job)
+            self.freeing.setdefault(job.id, set()).update(p.node for p in c.job.placements)
+            self.preemptions.append(Preemption(c.job.spec.id, c.reason, for_job=job.id))
+        self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
+        self._hold_back(job)
+        return True
+
+    def _hold_back(self, job: JobSpec) -> None:
+        """While a job waits for its victims, its queue's lower priorities wait behind it. The
+        victims' nodes are its own (`freeing`), but a victim of its own queue requeued could start
+        elsewhere, borrowing, and put the queue above what a non-preemptible job may run within
+        again: preempted once more, again and again, while the job waits for ever."""
+        self.preemptor_priority[job.queue] = max(job.priority, self.preemptor_priority.get(job.queue, job.priority))
+
+    #: how many of a site's running jobs consolidation weighs moving, least work lost first
+    CONSOLIDATION_CANDIDATES = 32
+    #: how long the emptied nodes stay held for the gang beyond the movers' grace period
+    CONSOLIDATION_HOLD_S = 300.0
+
+    def _consolidate(self, job: JobSpec, sites: list[str], need: Resources) -> bool:
+        """KAI's consolidation. The gang passes quota and its site has the GPUs free, but not on
+        nodes it fits: move the fewest preemptible jobs (least work lost first: latest started,
+        then smallest) that can all run elsewhere on the site with the gang placed, and hold the
+        nodes they leave for the gang. Movers are preempted (`grace_s`) and queued again; no
+        other job may take the held nodes, so they restart elsewhere, and the gang starts once
+        they have stopped."""
+        if not (self.policies.preemption.consolidation and need.gpu_milli):
+            return False
+        budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
+        blocked = self._blocked_for(job)
+        for site in sites:
+            free = free_gpu_milli(self.cluster, frozenset({site}), mig=False)
+            free -= sum(self.cluster.nodes[n].free_gpu_milli for n in blocked
+                        if n in self.cluster.nodes and self.cluster.nodes[n].node.site == site and self.cluster.nodes[n].node.schedulable)
+            if free < need.gpu_milli:
+                continue  # not fragmentation: the site has not the GPUs free
+            movable = sorted((r for r in self.running if r.site == site and r.spec.preemptible and not r.preempting and r.spec.id not in self.victims
+                              and r.usage.gpu_milli),
+                             key=lambda r: (-r.started_s, r.usage.gpu_milli, r.spec.id))[:self.CONSOLIDATION_CANDIDATES]
+            chosen: list[RunningJob] = []
+            plan = None
+            for r in movable:
+                if len(chosen) >= budget:
+                    break
+                chosen.append(r)
+                plan = self._moved(job, site, chosen)
+                if plan is not None:
+                    break
+            if plan is None:
+                continue
+            for r in list(reversed(chosen)):  # the fewest: drop any mover not needed
+                rest = [v for v in chosen if v is not r]
+                if rest and (p := self._moved(job, site, rest)) is not None:
+                    chosen, plan = rest, p
+            target, places = plan
+            until = self.now + self.policies.preemption.grace_s + self.CONSOLIDATION_HOLD_S
+            for r in chosen:
+                self.victims.add(r.spec.id)
+                self.stopping.append(r)
+                self.preemptions.append(Preemption(r.spec.id, "Consolidation", for_job=job.id))
+                self.moving[r.spec.id] = (places[r.spec.id], until)
+                self.cluster.apply(r.spec, places[r.spec.id])  # its new place is taken from now on
+                self.held.append((r.spec, places[r.spec.id]))
+            self.consolidating[job.id] = (target, until)
+            self.pending[job.id] = PendingReason("Consolidating", f"moving {', '.join(r.spec.id for r in chosen)} off {', '.join(target)} "
+                                                 "to make room", job.request())
+            return True
+        return False
+
+    def _moved(self, job: JobSpec, site: str, movers: list[RunningJob]) -> tuple[tuple[str, ...], dict[str, tuple[TaskPlacement, ...]]] | None:
+        """The nodes `job` would take at `site` were `movers` gone, and where each mover would go
+        instead, if each fits elsewhere on the site (a dry run: the state is restored). A mover's
+        new place is taken at once while it still runs (within its grace) where it is: so it must
+        be free now, off every mover's present nodes, not only once they have all stopped."""
+        topology = self.policies.placement.gang_topology
+        present = frozenset(p.node for v in movers for p in v.placements)
+        for v in movers:
+            self.cluster.apply(v.spec, v.placements, -1)
+        undo: list[tuple[JobSpec, list[TaskPlacement]]] = []
+        try:
+            placed = place_gang(self.cluster, job, site, self.strategy, topology, self._blocked_for(job))
+            if placed is None:
+                return None
+            undo.append((job, placed))
+            places = {}
+            for v in movers:
+                spec = replace(v.spec, tasks=len(v.placements), min_tasks=None)
+                again = place_gang(self.cluster, spec, site, self.strategy, topology, self._blocked_for(v.spec) | present)
+                if again is None:
+                    return None
+                undo.append((spec, again))
+                places[v.spec.id] = tuple(again)
+            return tuple(sorted({p.node for p in placed})), places
+        finally:
+            for spec, placements in reversed(undo):
+                self.cluster.apply(spec, placements, -1)
+            for v in movers:
+                self.cluster.apply(v.spec, v.placements)
+
+    def _fits_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
+        """Would `job` pass quota and place if the `gone` jobs had stopped? (State is restored.)"""
+        for v in gone:
+            self.quota.add(v.spec.queue, v.usage, -1)
+            self.cluster.apply(v.spec, v.placements, -1)
+        try:
+            if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
+                return False
+            return self._could_place(job, sites, self._blocked_for(job))
+        finally:
+            for v in gone:
+                self.quota.add(v.spec.queue, v.usage)
+                self.cluster.apply(v.spec, v.placements)
