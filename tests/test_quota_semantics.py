@@ -266,3 +266,26 @@ def test_a_non_preemptible_job_is_admitted_only_within_its_queues_deserved_share
     assert tree.check("team", Resources(4000)).ok  # preemptible work borrows
     tree.add("other", Resources(18000))  # the parent goes above its share: a non-preemptible job would borrow through it
     assert tree.check("team", Resources(1000), preemptible=False).code == "NonPreemptibleOverQuota"
+
+
+def test_the_simulator_retries_a_failed_run_after_the_live_controllers_back_off_and_gives_up_after_max_retries(tmp_path):
+    """A trace's failed_runs fail as a site's FAILED runs do live; federation.retries decides for
+    both shells: 10 s after the first failure, 20 s after the second, then no more retries."""
+    (tmp_path / "fed.yaml").write_text(TWO_TEAMS)
+    lines = [{"id": "flaky", "submit_s": 0, "queue": "dev", "tasks": 1, "gpus_per_task": 8, "duration_s": 500, "max_retries": 2,
+              "failed_runs": 2, "fail_after_s": 60},
+             {"id": "doomed", "submit_s": 0, "queue": "dev", "tasks": 1, "gpus_per_task": 8, "duration_s": 500, "max_retries": 1,
+              "failed_runs": 2, "fail_after_s": 30}]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "simulate", "--config", str(tmp_path / "fed.yaml"), "--trace",
+                        str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "out"), "--no-html"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    starts = {j: [e["t"] for e in events if e["type"] == "start" and e["job"] == j] for j in ("flaky", "doomed")}
+    assert starts["flaky"] == [0, 70, 150]  # failed at 60 (+10 s), at 130 (+20 s), then runs its 500 s
+    [done] = [e for e in events if e["type"] == "finish" and e["job"] == "flaky"]
+    assert done["t"] == 650 and "failed" not in done
+    assert starts["doomed"] == [0, 40]  # failed at 30, retried once after 10 s, failed again: it ends failed
+    [end] = [e for e in events if e["type"] == "finish" and e["job"] == "doomed"]
+    assert end["t"] == 70 and end["failed"] == "Failed"
+    assert any(e["type"] == "pending" and e["job"] == "flaky" and e["reason"] == "RetryBackoff" for e in events)

@@ -27,6 +27,7 @@ from federation.inventory import config_nodes, group_node
 from federation.jobs import make_job
 from federation.mig.manager import MigManager
 from federation.model import Federation, JobSpec, Node, RunningJob, TaskPlacement
+from federation.retries import retry_after
 from federation.runtime.forecasting import seed
 from federation.runtime.health import CycleHealth
 from federation.runtime.mig import live_mig
@@ -385,18 +386,13 @@ class Controller:
                           reason=reason, message=f"{reason + ': ' if reason else ''}requeued, {why}")
         log.info(f"requeued ({reason or 'Preempted'}): {why}", extra={"site": row.site, "job": row.id})
 
-    #: a failed run's retry waits RETRY_BASE_S, doubling with each failure, at most RETRY_MAX_S
-    #: (Kubernetes' back-off for a Job's failed pods: 10 s, doubling, capped at six minutes)
-    RETRY_BASE_S, RETRY_MAX_S = 10.0, 360.0
-
     def _max_retries(self, row: JobRow) -> int:
         spec = self.specs.get(row.id)
         return spec.max_retries if spec is not None else int(row.request.get("max_retries") or 0)
 
-    def _retry(self, row: JobRow, now: float) -> None:
-        """A run failed at its site and the job has retries left: queued again, whole, after a back-off."""
+    def _retry(self, row: JobRow, now: float, wait: float) -> None:
+        """A run failed at its site and the job has retries left: queued again, whole, after `wait` (federation.retries)."""
         n = (row.retries or 0) + 1
-        wait = min(self.RETRY_MAX_S, self.RETRY_BASE_S * 2 ** (n - 1))
         self.site_status.pop(row.id, None)
         self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, preempted_for=None, attempt=row.attempt + 1,
                           retries=n, not_before_s=now + wait, reason="RetryBackoff",
@@ -510,8 +506,8 @@ class Controller:
                     self._requeue(row, "SiteLost", f"its site {row.site} has not answered for {now - self.unreachable_since[row.site]:.0f} s")
                 continue
             self.unreachable_since.pop(row.site, None)
-            if status == "FAILED" and row.stop_at_s is None and (row.retries or 0) < self._max_retries(row):
-                self._retry(row, now)
+            if status == "FAILED" and row.stop_at_s is None and (wait := retry_after((row.retries or 0) + 1, self._max_retries(row))) is not None:
+                self._retry(row, now, wait)
                 continue
             if status in TERMINAL:  # ended, within a preemption's grace too: it is done, and never runs again
                 self.site_status.pop(row.id, None)

@@ -24,6 +24,7 @@ from federation.inventory import config_nodes, group_node
 from federation.mig.manager import MigManager, with_layout
 from federation.model import UNLIMITED, Federation, JobSpec, Node, RunningJob
 from federation.quota import QuotaTree, reserve_of
+from federation.retries import retry_after
 from federation.scheduler import CycleState, node_capacity
 from federation.showback import Ledger, held_milli
 from federation.simulation.traces import Trace
@@ -58,6 +59,9 @@ class JobRecord:
     finish_s: float | None = None
     preemptions: int = 0
     attempt: int = 0
+    fails_left: int = 0  # runs still to fail (the trace's failed_runs)
+    fail_after_s: float = 60.0
+    failures: int = 0  # failed runs so far
     last_reason: str | None = None
     reason_since: float | None = None  # while pending: since when it has waited for `last_reason`
 
@@ -92,7 +96,8 @@ class Simulator:
         self.heap: list = []
         self.seq = itertools.count()
         self.events: list[dict] = []
-        self.jobs = {j.spec.id: JobRecord(j.spec, j.duration_s, j.checkpoint_interval_s, j.duration_s) for j in trace.jobs}
+        self.jobs = {j.spec.id: JobRecord(j.spec, j.duration_s, j.checkpoint_interval_s, j.duration_s, fails_left=j.failed_runs, fail_after_s=j.fail_after_s)
+                     for j in trace.jobs}
         self.pending: dict[str, JobSpec] = {}
         self.pending_since: dict[str, float] = {}
         self.running: dict[str, RunningJob] = {}
@@ -206,6 +211,21 @@ class Simulator:
     def _on_max_runtime(self, t: float, job_id: str, attempt: int) -> None:
         """The run reached its max_runtime_s: it is stopped, and the job ends failed (as live)."""
         self._on_finish(t, job_id, attempt, failed="MaxRuntimeExceeded")
+
+    def _on_run_failed(self, t: float, job_id: str, attempt: int) -> None:
+        """The run failed (as a site reports FAILED live): queued again after the back-off of
+        federation.retries while the job has retries left, else it ends failed."""
+        rec = self.jobs[job_id]
+        if rec.attempt != attempt or job_id not in self.running:
+            return
+        rec.fails_left -= 1
+        rec.failures += 1
+        wait = retry_after(rec.failures, rec.spec.max_retries)
+        if wait is None:
+            self._on_finish(t, job_id, attempt, failed="Failed")
+            return
+        self._requeue(t, job_id, "Failed")
+        self.pending[job_id] = replace(rec.spec, not_before_s=t + wait)
 
     def _on_stop(self, t: float, job_id: str, attempt: int, reason: str) -> None:
         rec = self.jobs[job_id]
@@ -396,6 +416,8 @@ class Simulator:
         # an elastic gang that started smaller runs proportionally longer
         scale = spec.tasks / len(a.placements)
         self.push(t + rec.remaining_s * scale, "finish", a.job_id, rec.attempt)
+        if rec.fails_left:
+            self.push(t + rec.fail_after_s, "run_failed", a.job_id, rec.attempt)
         if spec.max_runtime_s is not None and spec.max_runtime_s < rec.remaining_s * scale:
             self.push(t + spec.max_runtime_s, "max_runtime", a.job_id, rec.attempt)
 

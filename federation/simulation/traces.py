@@ -28,6 +28,8 @@ class TraceJob:
     spec: JobSpec
     duration_s: float
     checkpoint_interval_s: float | None = None
+    failed_runs: int = 0  # its first runs fail (each after fail_after_s), as a site reports a run FAILED live
+    fail_after_s: float = 60.0
 
 
 @dataclass
@@ -50,6 +52,8 @@ class TraceLine(JobRequest):
     submit_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)]
     duration_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)]
     checkpoint_interval_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = None
+    failed_runs: Annotated[Whole, Field(ge=0, le=100)] = 0  # the job's first runs fail, each after fail_after_s
+    fail_after_s: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 60.0
 
 
 def _job_from_line(fed: Federation, line: TraceLine) -> TraceJob:
@@ -63,7 +67,7 @@ def _job_from_line(fed: Federation, line: TraceLine) -> TraceJob:
         max_retries=line.max_retries,
     )
     check_job(fed, spec)
-    return TraceJob(spec, line.duration_s, line.checkpoint_interval_s)
+    return TraceJob(spec, line.duration_s, line.checkpoint_interval_s, line.failed_runs, line.fail_after_s)
 
 
 def read_jsonl(path: str | Path, fed: Federation, skip_bad_lines: bool = False) -> Trace:
