@@ -123,24 +123,34 @@ class KubernetesProvider(Strict):
     """A label selector of the nodes that belong to the site."""
 
 
-class AwsCluster(Strict):
+class Cluster(Strict):
     """The site's whole Ray cluster, made by the Terraform module (`fedctl site up`): network,
-    security group, instance profile and a Ray head, besides the workers the federation scales."""
+    firewall, identity and a Ray head, besides the workers the federation scales."""
 
-    head_instance_type: str = "m6i.xlarge"
-    """EC2 instance type of the Ray head."""
     head_public_ip: bool = False
-    """The controller reaches the head over the internet (else within the VPC)."""
-    zones: list[str] = []
-    """Subnets the module makes when vpc_id is unset; empty: one, in a zone AWS picks."""
+    """The controller reaches the head over the internet (else within the network)."""
     controller_cidrs: list[str] = []
-    """Who may reach the head's Ray ports: the controller's addresses."""
-    instance_profile: str | None = None
-    """An instance profile for the nodes; unset: a role that may read only the Ray token."""
+    """Who may reach the head's Ray ports: the controller's addresses (never a /0)."""
     head_boot_s: NonNegativeFloat = 300.0
     """How long a cluster that is down takes to come up before its first workers can join (the simulator's model; live, provisioning_timeout_s covers it)."""
     head_price_usd_per_hour: NonNegativeFloat = 0.0
     """What the head costs per hour while it is up: counted in the site's and the month's spend and in the hourly budget (no queue's: it serves them all)."""
+
+
+class AwsCluster(Cluster):
+    head_instance_type: str = "m6i.xlarge"
+    """EC2 instance type of the Ray head."""
+    zones: list[str] = []
+    """Subnets the module makes when vpc_id is unset; empty: one, in a zone AWS picks."""
+    instance_profile: str | None = None
+    """An instance profile for the nodes; unset: a role that may read only the Ray token."""
+
+
+class GcpCluster(Cluster):
+    head_machine_type: str = "n2-standard-4"
+    """Compute Engine machine type of the Ray head."""
+    service_account: str | None = None
+    """A service account for the nodes (email); unset: one that may read only the Ray token's secret."""
 
 
 class AwsProvider(Strict):
@@ -157,7 +167,7 @@ class AwsProvider(Strict):
     endpoint_url: str | None = None
     """An EC2 endpoint URL (a test server, a VPC endpoint)."""
     terraform_dir: str | None = None
-    """The Terraform module's directory; unset: the one shipped in infra/terraform/aws."""
+    """Set: nodes are made by this Terraform module (infra/terraform/aws is the one shipped); unset: straight through the EC2 API."""
     image_id: str | None = None
     """The AMI (NVIDIA drivers, Ray, AWS CLI); else the module's terraform.tfvars names it."""
     ray_auth_token_parameter: str | None = None
@@ -176,7 +186,15 @@ class GcpProvider(Strict):
     api_endpoint: str | None = None
     """A Compute Engine endpoint (a test server)."""
     terraform_dir: str | None = None
-    """The Terraform module's directory; unset: the one shipped in infra/terraform/gcp."""
+    """Set: nodes are made by this Terraform module (infra/terraform/gcp is the one shipped); unset: straight through the Compute Engine API."""
+    image: str | None = None
+    """The Terraform module's boot image (NVIDIA drivers, Ray, gcloud); else the module's default."""
+    network: str | None = None
+    """An existing VPC network for the Terraform module; unset: it makes one."""
+    ray_auth_token_secret: str | None = None
+    """A Secret Manager secret holding the Ray token the controller sends; nodes read it at boot."""
+    cluster: GcpCluster | None = None
+    """Set: the module makes the site's whole Ray cluster (`fedctl site up`), not only workers."""
 
 
 class LocalProvider(Strict):

@@ -115,14 +115,25 @@ def _check_models_and_priorities(spec: schema.FederationSpec) -> list[Issue]:
     return issues
 
 
-def _aws_terraform(site: schema.SiteSpec, at: tuple) -> list[Issue]:
-    """What the AWS Terraform module needs: the Ray token's parameter always; with `cluster` it
-    makes the site's head, else its workers join the head at ray_address in an existing VPC."""
+def _cluster(site: schema.SiteSpec, at: tuple) -> list[Issue]:
+    """What either cloud's Terraform module needs of `cluster`: the module, and a head that is
+    not open to the internet; without it, workers join an existing head at ray_address."""
     p, pat = site.provider, (*at, "provider")
-    if getattr(p, "kind", None) != "aws":
-        return []
     if p.cluster is not None and not p.terraform_dir:
         return [((*pat, "cluster"), "the site's cluster is made by the Terraform module: give terraform_dir too")]
+    issues = []
+    if p.terraform_dir and p.cluster is None and not site.ray_address:
+        issues.append(((*at, "ray_address"), "workers join an existing Ray head: give its address (or provider.cluster to make one)"))
+    for ci, cidr in enumerate(p.cluster.controller_cidrs if p.cluster else []):
+        if cidr.endswith("/0"):
+            issues.append(((*pat, "cluster", "controller_cidrs", ci), "never open Ray to the whole internet: name the controller's addresses"))
+    return issues
+
+
+def _aws_terraform(site: schema.SiteSpec, at: tuple) -> list[Issue]:
+    """What the AWS Terraform module needs besides `_cluster`'s: the Ray token's parameter
+    always; without `cluster`, the existing VPC its workers' head is in."""
+    p, pat = site.provider, (*at, "provider")
     if not p.terraform_dir:
         return []
     issues = []
@@ -135,15 +146,9 @@ def _aws_terraform(site: schema.SiteSpec, at: tuple) -> list[Issue]:
         issues.append(((*pat, "vpc_id"), "subnet_ids name an existing network: give its vpc_id too"))
     if p.vpc_id is not None and not p.subnet_ids:
         issues.append(((*pat, "subnet_ids"), "vpc_id names an existing network: give the subnets to use in it"))
-    if p.cluster is None:
-        if not site.ray_address:
-            issues.append(((*at, "ray_address"), "workers join an existing Ray head: give its address (or provider.cluster to make one)"))
-        if p.vpc_id is None:
-            issues.append(((*pat, "vpc_id"), "workers join an existing Ray head: give the VPC and subnets it is in "
-                                             "(or provider.cluster to make the whole cluster)"))
-    for ci, cidr in enumerate(p.cluster.controller_cidrs if p.cluster else []):
-        if cidr.endswith("/0"):
-            issues.append(((*pat, "cluster", "controller_cidrs", ci), "never open Ray to the whole internet: name the controller's addresses"))
+    if p.cluster is None and p.vpc_id is None:
+        issues.append(((*pat, "vpc_id"), "workers join an existing Ray head: give the VPC and subnets it is in "
+                                         "(or provider.cluster to make the whole cluster)"))
     return issues
 
 
@@ -154,7 +159,11 @@ def _check_sites(spec: schema.FederationSpec) -> list[Issue]:
         at = ("sites", si)
         if site.provider is not None and site.provider.kind not in _PROVIDERS[site.kind]:
             issues.append(((*at, "provider", "kind"), f"a {site.kind} site takes a provider of kind {sorted(_PROVIDERS[site.kind])}"))
-        issues += _aws_terraform(site, at)
+        kind = getattr(site.provider, "kind", None)
+        if kind in ("aws", "gcp"):
+            issues += _cluster(site, at)
+        if kind == "aws":
+            issues += _aws_terraform(site, at)
         issues += _dup_names(site.node_groups, (*at, "node_groups"))
         names = {g.name for g in site.node_groups}
         for field in ("group_failure_rates", "group_lifetimes_s"):

@@ -59,7 +59,12 @@ def terraform_variables(fed: Federation, site: Site) -> dict:
                                          "cpus": g.node_resources.cpu_milli // 1000} for g in groups}}
     from providers.gcp import ACCELERATORS
 
-    return {**common, "ray_address": ray_gcs_address(site), "project": spec.project, "zones": list(spec.zones),
+    c = spec.cluster
+    cluster = ({"head": {"enabled": True, "machine_type": c.head_machine_type, "public_ip": c.head_public_ip},
+                "controller_cidrs": list(c.controller_cidrs), "service_account": c.service_account}
+               if c else {"head": {"enabled": False}, "ray_address": ray_gcs_address(site)})
+    return {**common, **cluster, "project": spec.project, "zones": list(spec.zones), "ray_auth_token_secret": spec.ray_auth_token_secret,
+            **({"image": spec.image} if spec.image else {}), **({"network": spec.network} if spec.network else {}),
             "node_groups": {g.name: {"machine_type": g.instance_type, "accelerator_type": ACCELERATORS.get(g.gpu_model or "", ""),
                                      "spot": g.spot, "gpus": g.gpus_per_node, "cpus": g.node_resources.cpu_milli // 1000} for g in groups}}
 
@@ -73,9 +78,9 @@ def terraform_work_dir(state: Path) -> Path:
 def cluster_provider(fed: Federation, site: Site, state: Path):
     """The Terraform provider of a site whose whole Ray cluster the module makes (`fedctl site up`)."""
     spec = site.provider
-    if getattr(spec, "kind", None) != "aws" or spec.cluster is None:
+    if getattr(spec, "kind", None) not in ("aws", "gcp") or spec.cluster is None:
         raise FederationError(f"sites.{site.name}.provider.cluster: not set, so the site's Ray cluster is not the federation's to "
-                              "bring up or down (only an aws site with provider.terraform_dir and provider.cluster is)")
+                              "bring up or down (only an aws or gcp site with provider.terraform_dir and provider.cluster is)")
     return build_provider(fed, site, RequestLedger(state), terraform_work_dir(state))
 
 

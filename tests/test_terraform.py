@@ -372,3 +372,53 @@ def test_the_config_says_what_the_aws_module_needs(tmp_path, provider, site, mes
     with pytest.raises(ConfigError) as e:
         parse(yaml.safe_dump(doc), "f.yaml")
     assert message in str(e.value) and "sites" in str(e.value)
+
+
+def gcp_config(**provider) -> dict:
+    return {"federation": {"name": "g"},
+            "sites": [{"name": "idc", "kind": "local", "node_groups": [{"name": "a100", "gpu_model": "A100-80GB", "count": 1, "gpus_per_node": 8,
+                                                                         "cpus_per_node": 64, "memory_gib_per_node": 512}]},
+                      {"name": "gcp", "kind": "gcp",
+                       "provider": {"kind": "gcp", "project": "acme", "zones": ["us-central1-a", "us-central1-b"], "terraform_dir": str(MODULES / "gcp"),
+                                    "ray_auth_token_secret": "ray-token",
+                                    "cluster": {"controller_cidrs": ["203.0.113.5/32"], "head_machine_type": "n2-standard-8", "head_boot_s": 240},
+                                    **provider},
+                       "node_groups": [{"name": "a100", "gpu_model": "A100-80GB", "gpus_per_node": 8, "cpus_per_node": 96,
+                                        "memory_gib_per_node": 1360, "max_nodes": 4, "instance_type": "a2-highgpu-8g", "spot": True}]}],
+            "queues": [{"name": "team", "deserved": {"gpu": 8}, "burst": True}]}
+
+
+def test_a_gcp_site_with_cluster_gives_the_module_a_head_and_only_variables_it_declares(tmp_path):
+    """provider.cluster on a gcp site is wired as on aws: the module makes the head (and network,
+    firewall, service account); `fedctl site up` may bring it up; the simulator waits head_boot_s."""
+    from providers.factory import cluster_provider, terraform_variables
+
+    fed = parse(yaml.safe_dump(gcp_config()), "g.yaml")
+    site = fed.site("gcp")
+    variables = terraform_variables(fed, site)
+    assert set(variables) <= gcp_module()["variable"]  # nothing the module does not declare
+    assert variables["head"] == {"enabled": True, "machine_type": "n2-standard-8", "public_ip": False}
+    assert variables["controller_cidrs"] == ["203.0.113.5/32"] and variables["ray_auth_token_secret"] == "ray-token"
+    assert "ray_address" not in variables and variables["node_groups"]["a100"]["spot"] is True
+    assert site.cluster.head_boot_s == 240
+    prov = cluster_provider(fed, site, tmp_path / "state.db")  # a site `fedctl site up` may bring up
+    assert not prov.head_up()
+
+    # without cluster, workers join an existing head: its address is given, the module makes no head
+    doc = gcp_config(cluster=None)
+    doc["sites"][1]["ray_address"] = "http://10.1.0.2:8265"
+    fed = parse(yaml.safe_dump(doc), "g.yaml")
+    variables = terraform_variables(fed, fed.site("gcp"))
+    assert variables["head"] == {"enabled": False} and variables["ray_address"] == "10.1.0.2:6379"
+    assert set(variables) <= gcp_module()["variable"]
+
+
+@pytest.mark.parametrize("provider,message", [
+    ({"terraform_dir": None}, "give terraform_dir too"),
+    ({"cluster": {"controller_cidrs": ["0.0.0.0/0"]}}, "whole internet"),
+    ({"cluster": None}, "ray_address"),
+])
+def test_the_config_says_what_the_gcp_module_needs(provider, message):
+    with pytest.raises(ConfigError) as e:
+        parse(yaml.safe_dump(gcp_config(**provider)), "g.yaml")
+    assert message in str(e.value) and "sites" in str(e.value)
