@@ -156,9 +156,11 @@ def test_spot_interruptions_requeue_the_gang(small):
     fed = small.__class__(**{**small.__dict__, "sites": (small.site("idc"), cloud)})
     trace = trace_of(fed, dict(id="fill", queue="train", tasks=3, gpus=4, duration_s=20000),
                      dict(id="burst", queue="train", tasks=1, gpus=8, submit=10, duration_s=3000))
-    _, res = simulate(fed, trace, None, SimOptions(seed=2), html=False)
+    report, res = simulate(fed, trace, None, SimOptions(seed=2), html=False)
     interrupts = [e for e in res.events if e["type"] == "spot_interruption"]
     assert interrupts
+    # giving the lost task back from a node that is gone is not an overcommit (the checker said so before)
+    assert report["invariants"]["overcommitted_nodes"] == 0
     # the gang's only task lost its node: it is queued again once the stale-gang grace is over
     [lost] = [e for e in res.events if e["type"] == "tasks_lost" and e["job"] == "burst"][:1]
     [again] = [e for e in res.events if e["type"] == "requeue" and e["job"] == "burst"][:1]

@@ -74,11 +74,13 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
                     if sign > 0 and (layouts[(n, g)] or (n, g) in reslicing):
                         out["mig_violations"] += 1
                     gpu_used[n][g] += sign * p.get("gpu_milli", 1000)
-                    if g >= nodes.get(n, {}).get("gpus", 0) or gpu_used[n][g] > 1000:
+                    if sign > 0 and (g >= nodes.get(n, {}).get("gpus", 0) or gpu_used[n][g] > 1000):
                         over.add(n)
             cpu_used[n] += sign * job["cpu_milli_per_task"]
             mem_used[n] += sign * job["memory_mib_per_task"]
-            if n not in nodes or cpu_used[n] > nodes[n]["cpu_milli"] or mem_used[n] > nodes[n]["memory_mib"]:
+            # only taking can overcommit: a job given back from a node that went away (a spot
+            # interruption; the gang was kept for its stale-gang grace) frees what is gone anyway
+            if sign > 0 and (n not in nodes or cpu_used[n] > nodes[n]["cpu_milli"] or mem_used[n] > nodes[n]["memory_mib"]):
                 over.add(n)
 
     def guarantees(t: float) -> None:
