@@ -379,6 +379,6 @@ def _quota(queues: tuple[Queue, ...], obs: Observation) -> QuotaTree:
     """A queue tree under new quotas, holding what runs now."""
     quota = QuotaTree(queues, node_capacity(obs.nodes))
     for r in obs.running:
-        quota.add(r.spec.queue, r.usage)
+        quota.add(r.spec.queue, r.usage, preemptible=r.spec.preemptible)
     return quota
 

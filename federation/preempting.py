@@ -170,7 +170,7 @@ class Preempting:
     def _fits_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
         """Would `job` pass quota and place if the `gone` jobs had stopped? (State is restored.)"""
         for v in gone:
-            self.quota.add(v.spec.queue, v.usage, -1)
+            self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
             self.cluster.apply(v.spec, v.placements, -1)
         try:
             if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
@@ -178,5 +178,5 @@ class Preempting:
             return self._could_place(job, sites, self._blocked_for(job))
         finally:
             for v in gone:
-                self.quota.add(v.spec.queue, v.usage)
+                self.quota.add(v.spec.queue, v.usage, preemptible=v.spec.preemptible)
                 self.cluster.apply(v.spec, v.placements)

@@ -52,6 +52,7 @@ class QuotaTree:
         self._paths = {q.name: self._path(q.name) for q in queues}
         self._top_down = {n: p[::-1] for n, p in self._paths.items()}
         self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
+        self.fixed: dict[str, Resources] = {q.name: Resources() for q in queues}  # of it, what non-preemptible jobs use
         self.past: dict[str, float] = {}  # queue -> its weighted past share of the GPUs (time-aware fair share)
         self.jobs: dict[str, int] = {q.name: 0 for q in queues}  # running jobs, each counted up its path
         self.reserve = {q.name: reserve_of(q) for q in queues}
@@ -87,12 +88,14 @@ class QuotaTree:
 
     # ---- usage ----
 
-    def add(self, leaf: str, r: Resources, sign: int = 1) -> None:
+    def add(self, leaf: str, r: Resources, sign: int = 1, preemptible: bool = True) -> None:
         """One job's usage `r` starts (sign 1) or ends (-1) in `leaf`."""
         delta = r.times(sign)
         for a in self._paths[leaf]:
             self.usage[a] = self.usage[a] + delta
             self.jobs[a] += sign
+            if not preemptible:
+                self.fixed[a] = self.fixed[a] + delta
         self._refresh(leaf)
 
     def _refresh(self, leaf: str) -> None:
@@ -111,8 +114,11 @@ class QuotaTree:
     # ---- admission ----
 
     def check(self, leaf: str, r: Resources, preemptible: bool = True) -> Verdict:
-        """May `leaf` start a job using `r`? A non-preemptible job may not borrow (KAI's rule):
-        on borrowed capacity it could never be given back, and the lender's share would be gone."""
+        """May `leaf` start a job using `r`? Non-preemptible work stays within deserved (KAI's
+        rule, on its non-preemptible allocation): what a queue uses above its deserved share
+        must be preemptible, so reclaim can always give lenders back their share. A queue may
+        still borrow for a non-preemptible job while preemptible work of its own (or of its
+        siblings) is what stands above the share."""
         borrowing, refused = False, None
         for a in self._paths[leaf]:
             q = self.queues[a]
@@ -128,11 +134,11 @@ class QuotaTree:
                     return Verdict(False, borrowing=True, code="WaitingForQuota",
                                    message=f"queue {a!r} would borrow above its borrowing limit {q.borrowing_limit}",
                                    free=(q.deserved + q.borrowing_limit - self.usage[a]).clip0())
-                if not preemptible and refused is None:
-                    refused = Verdict(False, borrowing=True, code="NonPreemptibleOverQuota",
-                                      message=f"queue {a!r} would use {after}, above its deserved {q.deserved}: a non-preemptible job "
-                                              "runs only within deserved (borrowed capacity must stay reclaimable)",
-                                      free=(q.deserved - self.usage[a]).clip0())
+            if not preemptible and refused is None and not (fixed := self.fixed[a] + r).fits_in(q.deserved):
+                refused = Verdict(False, borrowing=not after.fits_in(q.deserved), code="NonPreemptibleOverQuota",
+                                  message=f"queue {a!r} would run {fixed} of non-preemptible work, above its deserved {q.deserved}: "
+                                          "what a queue uses above its share must stay reclaimable",
+                                  free=(q.deserved - self.fixed[a]).clip0())
         if refused is not None:
             return refused
         # Guarantees and lending limits of others bind only while the job would physically fit;

@@ -89,7 +89,7 @@ class CycleState:
         for r in snap.running:
             if r.spec.queue not in quota.queues:
                 raise SnapshotError(f"running job {r.spec.id} is in unknown queue {r.spec.queue!r}")
-            quota.add(r.spec.queue, r.usage)
+            quota.add(r.spec.queue, r.usage, preemptible=r.spec.preemptible)
         if strategy is None:  # a one-off cycle weighs by what it sees; the decision cycle by what was submitted so far
             strategy = make_strategy(snap.federation.policies.placement.strategy, workload_mix([*snap.pending, *(r.spec for r in snap.running)]))
         return CycleState(cluster, quota, strategy)
@@ -345,7 +345,8 @@ class _Cycle(Preempting):
             entitled = verdict.code in ("WaitingForQuota", "NonPreemptibleOverQuota") and self.quota.entitled(job.queue, need)
             # quota refused: the job may still displace its own queue's lower priorities (KAI's
             # preempt action, Kueue's withinClusterQueue), and others' borrowed work if entitled
-            if verdict.code != "MaxRunningJobs" and not verdict.pool and self._may_preempt(job) and self._try_preempt(job, sites):
+            # (also where others' usage and guarantees hold the capacity: `pool`)
+            if verdict.code != "MaxRunningJobs" and (entitled or not verdict.pool) and self._may_preempt(job) and self._try_preempt(job, sites):
                 return
             reason = PendingReason(verdict.code, verdict.message, need, verdict.free)
             self.pending[job.id] = reason
@@ -402,7 +403,7 @@ class _Cycle(Preempting):
         if self.holds and (hold := self.holds.blocker(job.queue, site, usage.gpu_milli)) is not None:
             self.cluster.apply(job, placed, -1)
             return hold
-        self.quota.add(job.queue, usage)
+        self.quota.add(job.queue, usage, preemptible=job.preemptible)
         if self.holds:
             self.holds.placed(site, usage.gpu_milli)
         self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=borrowing))

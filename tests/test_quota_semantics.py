@@ -249,8 +249,10 @@ def test_a_lending_limit_on_a_resource_nobody_deserves_holds_nothing_back():
 
 
 def test_a_non_preemptible_job_is_admitted_only_within_its_queues_deserved_share():
-    """KAI's rule: what is lent must stay reclaimable, so work that cannot be preempted never
-    borrows; the same job, preemptible, may."""
+    """KAI's rule, on non-preemptible allocation: what a queue (or an ancestor) runs of
+    non-preemptible work stays within its deserved share, so what it uses above the share is
+    always preemptible and reclaim can give lenders theirs back. Preemptible work borrowing
+    around it (its own queue's or a sibling's) does not keep it out."""
     from federation.quota import QuotaTree
 
     fed = parse(BASE + """queues:
@@ -259,13 +261,20 @@ def test_a_non_preemptible_job_is_admitted_only_within_its_queues_deserved_share
   - {name: other, parent: org, deserved: {gpu: 16}}
 """)
     tree = QuotaTree(fed.queues, Resources(32000, 256000, 2 << 20))
-    tree.add("team", Resources(6000))
+    tree.add("team", Resources(6000), preemptible=False)
     assert tree.check("team", Resources(2000), preemptible=False).ok  # 8 of its 8
     refused = tree.check("team", Resources(4000), preemptible=False)
     assert (refused.ok, refused.code, refused.free) == (False, "NonPreemptibleOverQuota", Resources(2000, UNLIMITED, UNLIMITED))
+    assert "'team'" in refused.message
     assert tree.check("team", Resources(4000)).ok  # preemptible work borrows
-    tree.add("other", Resources(18000))  # the parent goes above its share: a non-preemptible job would borrow through it
-    assert tree.check("team", Resources(1000), preemptible=False).code == "NonPreemptibleOverQuota"
+    tree.add("team", Resources(4000))  # team now borrows, with preemptible work
+    assert tree.check("team", Resources(2000), preemptible=False).ok  # still 8 of non-preemptible: it may run
+    tree.add("other", Resources(17000), preemptible=False)  # (as after a window lowered its share) org runs 23 of its 24
+    refused = tree.check("team", Resources(2000), preemptible=False)
+    assert refused.code == "NonPreemptibleOverQuota" and "'org'" in refused.message
+    tree.add("other", Resources(17000), -1, preemptible=False)
+    tree.add("other", Resources(17000))  # the same, preemptible: the parent borrows, but reclaimably
+    assert tree.check("team", Resources(2000), preemptible=False).ok
 
 
 def test_the_simulator_retries_a_failed_run_after_the_live_controllers_back_off_and_gives_up_after_max_retries(tmp_path):

@@ -301,7 +301,7 @@ class Simulator:
             run = self.running[job_id]
             gone = [p for p in run.placements if p.node == node]
             self.state.cluster.apply(run.spec, gone, -1)
-            self.state.quota.add(run.spec.queue, run.spec.per_task.times(len(gone)), -1)
+            self.state.quota.add(run.spec.queue, run.spec.per_task.times(len(gone)), -1, run.spec.preemptible)
             for p in gone:
                 self.ledger.change(t, p.node, run.spec.queue, held_milli(run.spec, p), run.spec.per_task.cpu_milli, -1)
             self.running[job_id] = replace(run, placements=tuple(p for p in run.placements if p.node != node), lost=run.lost + len(gone))
@@ -373,7 +373,7 @@ class Simulator:
     def _release(self, t: float, job_id: str) -> None:
         run = self.running.pop(job_id)
         self.state.cluster.apply(run.spec, run.placements, -1)
-        self.state.quota.add(run.spec.queue, run.usage, -1)
+        self.state.quota.add(run.spec.queue, run.usage, -1, run.spec.preemptible)
         for p in run.placements:
             self.ledger.change(t, p.node, run.spec.queue, held_milli(run.spec, p), run.spec.per_task.cpu_milli, -1)
             jobs = self.node_jobs.get(p.node)
