@@ -41,7 +41,7 @@ class Reason(StrEnum):
 MEANING: dict[Reason, str] = {
     Reason.ExceedsCapability: "its queue (or an ancestor) would go above its capability; it runs when the queue's own jobs end, or when a tidal window raises the capability",
     Reason.WaitingForQuota: "its queue would borrow past its borrowing limit, or the free capacity is held by others' guarantees; it runs as borrowed capacity comes back",
-    Reason.NonPreemptibleOverQuota: "it is not preemptible and its queue (or an ancestor) would go above its deserved share: such work runs only within deserved, so what is lent stays reclaimable; it runs when its queue's usage falls, by reclaim if others borrow what its queue deserves",
+    Reason.NonPreemptibleOverQuota: "it is not preemptible and its queue's (or an ancestor's) non-preemptible work would go above its deserved share: what a queue uses above its share must stay preemptible, so reclaim can give lenders theirs back; it runs when its queue's non-preemptible jobs end (or a window raises the share)",
     Reason.MaxRunningJobs: "its queue runs as many jobs as its max_running_jobs allows; it runs when one of them ends",
     Reason.UnknownQueue: "its queue is not a leaf queue of this federation (the config changed under it)",
     Reason.RetryBackoff: "its last run failed at its site; it runs again (max_retries) once its back-off is over: 10 s after the first failure, doubling, at most 6 min",
