@@ -66,6 +66,7 @@ class Snapshot:
     consolidating: dict[str, tuple[tuple[str, ...], float]] = field(default_factory=dict)  # kept from the last plan
     moving: dict[str, tuple[tuple[TaskPlacement, ...], float]] = field(default_factory=dict)  # kept from the last plan
     borrow_backoff: dict[str, float] = field(default_factory=dict)  # queue -> until when it may not borrow (reclaim back-off)
+    stopping: tuple[RunningJob, ...] | None = None  # of `running`, those within a preemption's grace (None: found by a scan)
 
 
 @dataclass
@@ -158,6 +159,8 @@ class _Cycle(Preempting):
     @cached_property
     def stopping(self) -> list[RunningJob]:
         """Jobs stopping within their grace period (and the victims chosen this cycle)."""
+        if self.snap.stopping is not None:
+            return list(self.snap.stopping)
         return [r for r in self.running if r.preempting]
 
     @cached_property

@@ -173,7 +173,7 @@ class Controller:
         self._refresh_cloud(now)
         self._meter(now)
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
-        running, pending = [], []
+        running, pending, lost, stopping = [], [], [], []
         specs = {}
         present = {n.name for n in self.nodes}
         for r in rows:
@@ -187,6 +187,10 @@ class Controller:
                 kept = tuple(p for p in placements if p.node in present)
                 running.append(RunningJob(spec, r.site, kept, r.started_s or now, preempting=r.stop_at_s is not None,
                                           preempted_for=r.preempted_for, lost=len(placements) - len(kept)))
+                if running[-1].lost:
+                    lost.append(running[-1])
+                if running[-1].preempting:
+                    stopping.append(running[-1])
         self.specs = specs
         nodes = self.nodes
         for m in self.mig.values():
@@ -200,7 +204,7 @@ class Controller:
         cloud = tuple(n for n in nodes if n.site in self.providers)
         d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
                                         tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues(),
-                                        self.ledger.spend_by(self._month(now), "queue"), self._heads()))
+                                        self.ledger.spend_by(self._month(now), "queue"), self._heads(), tuple(lost), tuple(stopping)))
         self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:

@@ -101,6 +101,7 @@ class Simulator:
         self.pending: dict[str, JobSpec] = {}
         self.pending_since: dict[str, float] = {}
         self.running: dict[str, RunningJob] = {}
+        self.flagged: dict[str, set[str]] = {"lost": set(), "stopping": set()}  # running jobs that lost tasks, or stop within their grace
         self.nodes: dict[str, Node] = {}
         self.node_jobs: dict[str, set[str]] = {}
         self.cloud: dict[str, str] = {}  # cloud node -> the request that made it
@@ -305,6 +306,7 @@ class Simulator:
             for p in gone:
                 self.ledger.change(t, p.node, run.spec.queue, held_milli(run.spec, p), run.spec.per_task.cpu_milli, -1)
             self.running[job_id] = replace(run, placements=tuple(p for p in run.placements if p.node != node), lost=run.lost + len(gone))
+            self.flagged["lost"].add(job_id)
             self.emit(t, "tasks_lost", job=job_id, node=node, tasks=len(gone))
 
     def _moving(self, t: float) -> bool:
@@ -372,6 +374,8 @@ class Simulator:
 
     def _release(self, t: float, job_id: str) -> None:
         run = self.running.pop(job_id)
+        for ids in self.flagged.values():
+            ids.discard(job_id)
         self.state.cluster.apply(run.spec, run.placements, -1)
         self.state.quota.add(run.spec.queue, run.usage, -1, run.spec.preemptible)
         for p in run.placements:
@@ -476,7 +480,8 @@ class Simulator:
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
                           self.ledger.total_cost - self.month_base_usd, self.bought_for,
                           queue_month_spend_usd={q: usd - self.month_base_queue.get(q, 0.0) for q, usd in costs.items()},
-                          heads=frozenset(self.heads))
+                          heads=frozenset(self.heads), lost=tuple(self.running[j] for j in sorted(self.flagged["lost"])),
+                          stopping=tuple(self.running[j] for j in sorted(self.flagged["stopping"])))
         self.arrived, self.submitted, self.failed = set(), [], []
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
@@ -489,6 +494,7 @@ class Simulator:
         for p in d.plan.preemptions:
             run = self.running[p.job_id]
             self.running[p.job_id] = replace(run, preempting=True, preempted_for=p.for_job)
+            self.flagged["stopping"].add(p.job_id)
             self.jobs[p.job_id].preemptions += 1
             self.emit(t, "preempt", job=p.job_id, reason=p.reason, for_job=p.for_job)
             self.push(t + grace, "stop", p.job_id, self.jobs[p.job_id].attempt, p.reason)
@@ -507,6 +513,7 @@ class Simulator:
             self._requeue(t, job_id, "NodeLost")
         for job_id in d.shrink:  # an elastic gang goes on with the tasks it has
             self.running[job_id] = replace(self.running[job_id], lost=0)
+            self.flagged["lost"].discard(job_id)
         if d.release or d.cancel or d.evict:
             self.push(t, "timer", "decide")  # capacity (or what waits) changed: decide again at once, as the next live tick would
         if d.wake_at is not None and d.wake_at != self.decide_at:
