@@ -481,7 +481,7 @@ class Controller:
             return
         except Exception as e:  # a fault in one job's dispatch must not stop every other job's: seen, counted, retried
             self.health.failed(self.clock(), "dispatch", f"job {job_id} at {row.site}: {type(e).__name__}: {e}")
-            log.warning("dispatching failed; the next cycle tries again", exc_info=True, extra={"site": row.site, "job": job_id})
+            log.warning(f"dispatching failed; the next cycle tries again: {type(e).__name__}: {e}", exc_info=True, extra={"site": row.site, "job": job_id})
             self.store.update(job_id, message=f"dispatch pending: {type(e).__name__}: {e}")
             return
         if self.store.get(job_id).status == "STOPPED":  # the user stopped it while it was being dispatched
