@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from federation import config as config_mod
+from federation.console import err, out, print_json, progress, redraw
 from federation.errors import ConfigError, FederationError, Unreachable
 
 app = typer.Typer(no_args_is_help=True, help="Federate GPU capacity across an IDC and public clouds.")
@@ -27,18 +26,6 @@ trace_app = typer.Typer(no_args_is_help=True, help="Job traces.")
 app.add_typer(trace_app, name="trace")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (figures in benchmarks/README.md).")
 app.add_typer(bench_app, name="bench")
-err = Console(stderr=True)
-if not err.is_terminal:  # piped: messages (a `ray job submit` hint among them) are not wrapped at 80 columns
-    err.width = 10_000
-
-
-def out() -> Console:
-    """Standard output for people; tables are not squeezed to 80 columns when piped."""
-    c = Console()
-    if not c.is_terminal:
-        c.width = max(c.width, 160)
-    return c
-
 TokenOpt = Annotated[str | None, typer.Option("--token", envvar="FEDERATION_TOKEN",
                                              help="A token from api.tokens_file, when the federation has one (or FEDERATION_TOKEN).")]
 
@@ -77,11 +64,6 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def load_config(path: Path | None):
     """Load a config or exit 2 with one line per problem."""
     return config_mod.load(path or config_mod.default_config_path())
-
-
-def print_json(doc: object) -> None:
-    """--json output: only the document on standard output."""
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
 @app.command()
@@ -137,33 +119,11 @@ def simulate(
 
     fed = load_config(config)
     trace_obj = _read_trace(fed, trace, trace_format, qos_queue, skip_bad_lines)
-    with _progress("simulating", "jobs done", len(trace_obj.jobs)) as update:
+    with progress("simulating", "jobs done", len(trace_obj.jobs)) as update:
         opts = SimOptions(seed=seed, start=parse_start(start), progress=lambda t, done, total: update(done))
         report, _ = run_sim(fed, trace_obj, out, opts, html=not no_html)
     err.print(f"wrote {out}/report.json, events.jsonl{'' if no_html else ', report.html'} in {report['wall_s']} s")
     print_json({k: report[k] for k in ("jobs", "wait_s", "gpu_utilization", "invariants")})
-
-
-@contextmanager
-def _progress(label: str, unit: str, total: int | None):
-    """A progress bar on a terminal; piped (CI, `| tee`), a plain line at each tenth of the way,
-    so a long run is never silent. Yields `update(done, total=None)`."""
-    if err.is_terminal:
-        from rich.progress import BarColumn, Progress, TextColumn
-
-        with Progress(TextColumn(label), BarColumn(), TextColumn(f"{{task.completed}}/{{task.total}} {unit}"), console=err, transient=True) as bar:
-            task = bar.add_task(label, total=total)
-            yield lambda done, of=None: bar.update(task, completed=done, total=of or total)
-        return
-    began, shown = time.monotonic(), [-1]
-
-    def update(done: int, of: int | None = None) -> None:
-        whole = of or total
-        if whole and (tenth := 10 * done // whole) > shown[0]:
-            shown[0] = tenth
-            err.print(f"{label}: {done:,}/{whole:,} {unit} ({10 * tenth}%) after {time.monotonic() - began:.0f} s", soft_wrap=True)
-
-    yield update
 
 
 def _read_trace(fed, path: Path, fmt: str, qos_queue: list[str] | None, skip_bad_lines: bool):
@@ -355,25 +315,7 @@ def status(address: Annotated[str, typer.Option("--address", help="The federatio
         for item in renderables(doc):
             con.print(item)
         return
-    _watch(con, lambda: renderables(api_get(address, "/api/federation/status", token).json()), watch)
-
-
-def _watch(con, render, every_s: float) -> None:
-    """Redraw in place on a terminal; piped, print each state once, with its time."""
-
-    from rich.console import Group
-    from rich.live import Live
-
-    if not con.is_terminal:
-        while True:
-            con.print(f"--- {time.strftime('%H:%M:%S')}")
-            for item in render():
-                con.print(item)
-            time.sleep(every_s)
-    with Live(Group(*render()), console=con, refresh_per_second=4, screen=False) as live:
-        while True:
-            time.sleep(every_s)
-            live.update(Group(*render()))
+    redraw(con, lambda: renderables(api_get(address, "/api/federation/status", token).json()), watch)
 
 
 @app.command()
@@ -521,7 +463,7 @@ def frag(
         raise FederationError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
     if not 0 < tune <= 5:
         raise FederationError("--tune: give a factor between 0 and 5, e.g. 1.3")
-    with _progress(f"{policy}, seed {seed}", "pods", None) as update:
+    with progress(f"{policy}, seed {seed}", "pods", None) as update:
         rows = run_frag(nodes, pods, policy, seed, tune, progress=update)
     write_csv(rows, out)
     at100 = next(a for b, a, _ in rows if b == 100)
