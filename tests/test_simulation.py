@@ -59,7 +59,7 @@ def test_the_same_inputs_and_seed_give_byte_identical_events(tmp_path, small):
 
 
 def test_report_json_has_every_contract_figure(tmp_path, small):
-    report, _ = simulate(small, read_jsonl(write_trace(tmp_path, GEN), small), tmp_path / "out", html=True)
+    report, res = simulate(small, read_jsonl(write_trace(tmp_path, GEN), small), tmp_path / "out", html=True)
     on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
     for key in ("submitted", "completed", "preempted", "never_started"):
         assert isinstance(on_disk["jobs"][key], int)
@@ -73,8 +73,13 @@ def test_report_json_has_every_contract_figure(tmp_path, small):
     assert set(on_disk["invariants"]) == {"partial_gang_starts", "capability_violations", "guarantee_violations_s", "overcommitted_nodes", "mig_violations"}
     assert on_disk["wall_s"] > 0
     html = (tmp_path / "out" / "report.html").read_text()
-    # utilization, use against deserved, waiting, why it waited, cloud, wait CDF; when the run began
-    assert html.count("data:image/png;base64,") == 6 and "2026-01-05 00:00 to" in html
+    # utilization, use against deserved, waiting, why it waited, cloud, fragmentation, spend by site
+    # and queue against budgets, preemptions and MIG re-slices (when there are any), wait CDF; when the run began
+    plots = 8 + any(e["type"] in ("preempt", "mig_reconfigure") for e in res.events)
+    assert html.count("data:image/png;base64,") == plots and "2026-01-05 00:00 to" in html
+    assert "Fragmentation: free GPUs on partly used nodes" in html and "Cloud spend by site and by queue" in html
+    sample = res.samples[len(res.samples) // 2]
+    assert {"stranded_gpus", "site_spend_usd", "queue_spend_usd"} <= set(sample)
     # the summary as tables, each queue with the colour it has in every plot
     assert "<th>pending reason</th>" in html and html.count('class="sw"') == len(on_disk["per_queue"]) and "{'" not in html
     assert report["jobs"]["submitted"] == len(GEN)

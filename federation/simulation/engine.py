@@ -83,6 +83,7 @@ class SimResult:
     wait_gpu_s: dict[str, float] = field(default_factory=dict)  # pending reason -> GPU-seconds of work that waited for it
     start: datetime | None = None  # the wall-clock time of t = 0, in the federation's time zone
     deserved_gpus: dict[str, float] = field(default_factory=dict)  # queue -> deserved GPUs (the config's; None: unlimited)
+    budgets_usd_per_month: dict[str, float] = field(default_factory=dict)  # queue (or "" for the federation) -> its monthly cloud budget
 
 
 class Simulator:
@@ -180,7 +181,9 @@ class Simulator:
                          {**self.cloud_stats, "nodes_at_end": len(self.cloud)}, len(self.trace.skipped), t,
                          tuple(q.name for q in self.fed.queues), {s.name: s.is_cloud for s in self.fed.sites},
                          mig if self.mig else {}, self.openings, scored, self.wait_gpu_s, self.start,
-                         {q.name: q.deserved.gpu for q in self.fed.queues if q.deserved.gpu_milli < UNLIMITED})
+                         {q.name: q.deserved.gpu for q in self.fed.queues if q.deserved.gpu_milli < UNLIMITED},
+                         {**{q.name: q.burst_budget_usd_per_month for q in self.fed.queues if q.burst_budget_usd_per_month is not None},
+                          **({"": self.fed.policies.burst.budget_usd_per_month} if self.fed.policies.burst.budget_usd_per_month is not None else {})})
 
     # ---- event handlers ----
 
@@ -566,9 +569,17 @@ class Simulator:
             pend[j.queue] = pend.get(j.queue, 0.0) + gpus
             reason = self.jobs[j.id].last_reason or "New"
             why[reason] = why.get(reason, 0.0) + gpus
+        stranded: dict[str, float] = {}  # free GPUs on partly used nodes, which a whole-node gang cannot use
+        for st in self.state.cluster.nodes.values():
+            free = st.free_gpu_milli
+            if 0 < free < st.node.gpus * 1000:
+                stranded[st.node.site] = stranded.get(st.node.site, 0.0) + free / 1000
         return {
             "t": t,
             "util": {s: site_alloc.get(s, 0) / g for s, g in site_gpus.items() if g},
+            "stranded_gpus": stranded,
+            "site_spend_usd": dict(self.ledger.site_cost),
+            "queue_spend_usd": dict(self.ledger.cost),
             "pending_gpus": pend,
             "used_gpus": used,
             "pending_by_reason": why,

@@ -96,12 +96,14 @@ def write_events(events: list[dict], path: Path) -> None:
 
 
 def _png(fig) -> str:
+    """The figure as an <img>, its title as the alt text (for screen readers, and for search)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     import matplotlib.pyplot as plt
 
+    title = fig.axes[0].get_title() if fig.axes else "plot"
     plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+    return f'<img alt="{html.escape(title)}" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"><br>'
 
 
 def _table(head: list[str], rows: list[list], colours: list[str | None] | None = None) -> str:
@@ -185,6 +187,38 @@ def write_html(report: dict, res: SimResult, path: Path, title: str) -> None:
     ax2.set_ylabel("USD, cumulative")
     ax.legend(handles=[*nodes_line, *spend_line], fontsize=7, loc="upper left")
     plots.append(_png(fig))
+    fig, ax = figure("Fragmentation: free GPUs on partly used nodes (a whole-node gang cannot use them)", "GPUs")
+    for site in res.sites:
+        ax.plot(times, [s.get("stranded_gpus", {}).get(site, 0) for s in res.samples], label=site)
+    ax.legend(fontsize=7, loc="upper left")
+    plots.append(_png(fig))
+    monthly = res.budgets_usd_per_month
+    if any(res.sites.values()):
+        fig, ax = figure("Cloud spend by site and by queue, against monthly budgets (dotted)", "USD, cumulative")
+        for site, cloud_site in res.sites.items():
+            if cloud_site:
+                ax.plot(times, [s.get("site_spend_usd", {}).get(site, 0) for s in res.samples], label=f"site {site}", linewidth=2)
+        for q in res.queues:
+            series = [s.get("queue_spend_usd", {}).get(q, 0) for s in res.samples]
+            if any(series):
+                ax.plot(times, series, color=colour[q], label=f"queue {q}", linestyle="--")
+            if q in monthly:
+                ax.axhline(monthly[q], color=colour[q], linestyle=":")
+        if "" in monthly:
+            ax.axhline(monthly[""], color="black", linestyle=":", label="the federation's monthly budget")
+        ax.legend(fontsize=7, loc="upper left")
+        plots.append(_png(fig))
+    marks = [(e["t"], e.get("reason", "")) for e in res.events if e["type"] == "preempt"]
+    reslices = [e["t"] for e in res.events if e["type"] == "mig_reconfigure"]
+    if marks or reslices:
+        fig, ax = figure("Preemptions (by reason) and MIG re-slices", "count per hour")
+        bins = [start + timedelta(hours=h) for h in range(int(res.end_s // 3600) + 2)]
+        for reason in sorted({r for _, r in marks}):
+            ax.hist([start + timedelta(seconds=t) for t, r in marks if r == reason], bins=bins, histtype="step", label=f"preempted: {reason}")
+        if reslices:
+            ax.hist([start + timedelta(seconds=t) for t in reslices], bins=bins, histtype="step", linestyle="--", label="MIG GPU re-sliced")
+        ax.legend(fontsize=7, loc="upper left")
+        plots.append(_png(fig))
     fig, ax = plt.subplots(figsize=(9, 3))
     for q in res.queues:
         w = sorted(r.first_start_s - r.spec.submit_s for r in res.jobs.values() if r.spec.queue == q and r.first_start_s is not None)
@@ -204,7 +238,7 @@ def write_html(report: dict, res: SimResult, path: Path, title: str) -> None:
     cloud = _table(["cloud", ""], [[k.replace("_", " "), v] for k, v in report["cloud"].items()])
     waited = _table(["pending reason", "GPU-hours waited"], [[k, v] for k, v in report.get("waited_gpu_hours_by_reason", {}).items()])
     inv = _table(["invariant", "violations"], [[k.replace("_", " "), v] for k, v in report["invariants"].items()])
-    imgs = "".join(f'<img alt="plot" src="data:image/png;base64,{p}"><br>' for p in plots)
+    imgs = "".join(plots)
     span = f"{start:%Y-%m-%d %H:%M} to {start + timedelta(seconds=res.end_s):%Y-%m-%d %H:%M} ({start.tzname() or 'local time'})"
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#1d2433}}table{{border-collapse:collapse;margin:0 1.5em 1em 0;display:inline-table;vertical-align:top}}
