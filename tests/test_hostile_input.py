@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -123,13 +124,42 @@ def test_the_journal_and_the_log_are_readable_by_their_owner_alone(tmp_path):
     old.write_bytes(b"")
     old.chmod(0o644)  # as an earlier release made it
     Store(old)
-    _log_to_file(str(old))
-    logging.getLogger("federation.test").warning("a line")
-    assert 'level=warning logger=federation.test msg="a line"' in log_path(old).read_text()
+    root = logging.getLogger("federation")
+    kept = list(root.handlers)
+    try:
+        _log_to_file(str(old))
+        logging.getLogger("federation.test").warning("a line")
+        assert 'level=warning logger=federation.test msg="a line"' in log_path(old).read_text()
+    finally:
+        for h in set(root.handlers) - set(kept):
+            root.removeHandler(h)
+            h.close()
     for path in (old, log_path(old), tmp_path / "new.sqlite"):
         if not path.exists():
             Store(path)
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+
+
+def test_a_site_actors_provider_logs_to_the_federations_log(tmp_path):
+    """The provider is built in the site actor's process (actors._provider): its records, as the
+    controller's, go to <state>.log, which `fedctl up` follows (they went nowhere before)."""
+    import logging
+
+    from federation.config import load
+    from federation.runtime.actors import _provider, log_path
+
+    state = tmp_path / "s.sqlite"
+    root = logging.getLogger("federation")
+    kept = list(root.handlers)
+    try:
+        fed = load(Path(__file__).parent / "data" / "small.yaml")
+        _provider(fed, "cloud", str(state), str(tmp_path / "tf"))
+        logging.getLogger("federation.providers").info("cloud: request r1 delivered")
+        assert 'level=info logger=federation.providers msg="cloud: request r1 delivered"' in log_path(state).read_text()
+    finally:
+        for h in set(root.handlers) - set(kept):
+            root.removeHandler(h)
+            h.close()
 
 
 def test_a_journal_from_a_newer_release_is_refused_not_misread(tmp_path):

@@ -82,6 +82,7 @@ class Remote:
 
 
 def _provider(fed: Federation, site: str, state: str, terraform_dir: str):
+    _log_to_file(state)  # built in the site actor's process: its provider's records go to the same log
     return build_provider(fed, fed.site(site), RequestLedger(state), Path(terraform_dir))
 
 
