@@ -115,7 +115,20 @@ def test_ray_entrypoint_resources_of_a_one_task_job_become_its_request(post):
     assert row.request == {"queue": "research", "gpus_per_task": 2, "cpus_per_task": 4, "memory_gib_per_task": 8.0}
 
 
-def test_the_journal_and_the_log_are_readable_by_their_owner_alone(tmp_path):
+@pytest.fixture
+def log_handlers():
+    """The `federation` logger's handlers as they were before the test: what it added is closed."""
+    import logging
+
+    root = logging.getLogger("federation")
+    kept = list(root.handlers)
+    yield
+    for h in set(root.handlers) - set(kept):
+        root.removeHandler(h)
+        h.close()
+
+
+def test_the_journal_and_the_log_are_readable_by_their_owner_alone(tmp_path, log_handlers):
     import logging
 
     from federation.runtime.actors import _log_to_file, log_path
@@ -124,23 +137,16 @@ def test_the_journal_and_the_log_are_readable_by_their_owner_alone(tmp_path):
     old.write_bytes(b"")
     old.chmod(0o644)  # as an earlier release made it
     Store(old)
-    root = logging.getLogger("federation")
-    kept = list(root.handlers)
-    try:
-        _log_to_file(str(old))
-        logging.getLogger("federation.test").warning("a line")
-        assert 'level=warning logger=federation.test msg="a line"' in log_path(old).read_text()
-    finally:
-        for h in set(root.handlers) - set(kept):
-            root.removeHandler(h)
-            h.close()
+    _log_to_file(str(old))
+    logging.getLogger("federation.test").warning("a line")
+    assert 'level=warning logger=federation.test msg="a line"' in log_path(old).read_text()
     for path in (old, log_path(old), tmp_path / "new.sqlite"):
         if not path.exists():
             Store(path)
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
 
 
-def test_a_site_actors_provider_logs_to_the_federations_log(tmp_path):
+def test_a_site_actors_provider_logs_to_the_federations_log(tmp_path, log_handlers):
     """The provider is built in the site actor's process (actors._provider): its records, as the
     controller's, go to <state>.log, which `fedctl up` follows (they went nowhere before)."""
     import logging
@@ -149,17 +155,10 @@ def test_a_site_actors_provider_logs_to_the_federations_log(tmp_path):
     from federation.runtime.actors import _provider, log_path
 
     state = tmp_path / "s.sqlite"
-    root = logging.getLogger("federation")
-    kept = list(root.handlers)
-    try:
-        fed = load(Path(__file__).parent / "data" / "small.yaml")
-        _provider(fed, "cloud", str(state), str(tmp_path / "tf"))
-        logging.getLogger("federation.providers").info("cloud: request r1 delivered")
-        assert 'level=info logger=federation.providers msg="cloud: request r1 delivered"' in log_path(state).read_text()
-    finally:
-        for h in set(root.handlers) - set(kept):
-            root.removeHandler(h)
-            h.close()
+    fed = load(Path(__file__).parent / "data" / "small.yaml")
+    _provider(fed, "cloud", str(state), str(tmp_path / "tf"))
+    logging.getLogger("federation.providers").info("cloud: request r1 delivered")
+    assert 'level=info logger=federation.providers msg="cloud: request r1 delivered"' in log_path(state).read_text()
 
 
 def test_a_journal_from_a_newer_release_is_refused_not_misread(tmp_path):
