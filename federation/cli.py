@@ -111,16 +111,18 @@ def simulate(
     qos_queue: Annotated[list[str] | None, typer.Option("--qos-queue", help="openb: QOS=QUEUE (e.g. LS=online, *=batch).")] = None,
     skip_bad_lines: Annotated[bool, typer.Option("--skip-bad-lines", help="Skip malformed trace lines (counted in the report).")] = False,
     no_html: Annotated[bool, typer.Option("--no-html", help="Skip report.html.")] = False,
+    outage: Annotated[list[str] | None, typer.Option("--outage", help="SITE@AT_S+FOR_S: the site does not answer for FOR_S seconds from AT_S (repeatable).")] = None,
 ) -> None:
     """Replay a trace through the real scheduling core on a virtual clock."""
-    from federation.simulation.engine import SimOptions
+    from federation.simulation.engine import SimOptions, parse_outage
     from federation.simulation.run import parse_start
     from federation.simulation.run import simulate as run_sim
 
     fed = load_config(config)
+    outages = tuple(parse_outage(o, fed) for o in outage or ())
     trace_obj = _read_trace(fed, trace, trace_format, qos_queue, skip_bad_lines)
     with progress("simulating", "jobs done", len(trace_obj.jobs)) as update:
-        opts = SimOptions(seed=seed, start=parse_start(start), progress=lambda t, done, total: update(done))
+        opts = SimOptions(seed=seed, start=parse_start(start), progress=lambda t, done, total: update(done), outages=outages)
         report, _ = run_sim(fed, trace_obj, out, opts, html=not no_html)
     err.print(f"wrote {out}/report.json, events.jsonl{'' if no_html else ', report.html'} in {report['wall_s']} s")
     print_json({k: report[k] for k in ("jobs", "wait_s", "gpu_utilization", "invariants")})

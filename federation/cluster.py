@@ -4,10 +4,16 @@ Nodes with the same free state are interchangeable for placement, so they are gr
 signature (site, GPU model, rack, free milli-GPU per GPU, free CPU and memory, free MIG
 instances); a strategy scores one node per signature instead of every node. The state is
 mutable and lives for one cycle; it is built from the snapshot and never outlives `schedule()`.
+
+Each group keeps its nodes sorted by name, and ties between alike nodes go to the first: the
+choice depends on the state alone, never on the order nodes and jobs came and went. The live
+controller builds the state afresh each cycle, the simulator keeps one for the whole run; a
+choice that followed history would send the same job to different nodes in each.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -48,7 +54,7 @@ def _mig_instances(node: Node) -> list[tuple[int, str, int]]:
 class ClusterState:
     def __init__(self, nodes: Iterable[Node]):
         self.nodes: dict[str, NodeState] = {}
-        self.groups: dict[int, dict[str, None]] = {}  # signature -> node names (ordered set)
+        self.groups: dict[int, list[str]] = {}  # signature -> node names, sorted
         self.site_groups: dict[str, dict[int, None]] = {}  # site -> its signatures
         self.fit_cache: dict[tuple, int] = {}  # (free state, task shape) -> tasks that fit; a pure function
         self._ids: dict[tuple, int] = {}  # interned signatures and free states (hashed once)
@@ -89,24 +95,36 @@ class ClusterState:
         st.sig = self._intern((st.node.site, st.node.rack, st.fit_key))
         group = self.groups.get(st.sig)
         if group is None:
-            group = self.groups[st.sig] = {}
+            self.groups[st.sig] = [st.node.name]
             self.site_groups.setdefault(st.node.site, {})[st.sig] = None
-        group[st.node.name] = None
+        else:
+            insort(group, st.node.name)
 
     def _unindex(self, st: NodeState) -> None:
         group = self.groups.get(st.sig)
         if group is not None:
-            group.pop(st.node.name, None)
+            i = bisect_left(group, st.node.name)
+            if i < len(group) and group[i] == st.node.name:
+                del group[i]
             if not group:
                 del self.groups[st.sig]
                 del self.site_groups[st.node.site][st.sig]
 
     def representatives(self, sites: set[str] | None = None) -> Iterator[NodeState]:
-        """One schedulable node per distinct free state (the first by order of insertion)."""
+        """One schedulable node per distinct free state: the first by name."""
         for site, sigs in self.site_groups.items():
             if sites is None or site in sites:
                 for sig in sigs:
-                    yield self.nodes[next(iter(self.groups[sig]))]
+                    yield self.nodes[self.groups[sig][0]]
+
+    def members(self, sig: int, blocked: frozenset[str] | set[str]) -> int:
+        """How many nodes of the group are not in `blocked`."""
+        group = self.groups[sig]
+        if not blocked:
+            return len(group)
+        if len(blocked) < len(group):
+            return len(group) - sum(1 for b in blocked if (i := bisect_left(group, b)) < len(group) and group[i] == b)
+        return sum(1 for n in group if n not in blocked)
 
     # ---- allocation ----
 

@@ -89,6 +89,7 @@ class Observation:
     # by scanning `running`, which, every cycle, cost a 10,000-node replay a quarter of its time
     lost: tuple[RunningJob, ...] | None = None
     stopping: tuple[RunningJob, ...] | None = None
+    unreachable: dict[str, float] = field(default_factory=dict)  # site -> since when it has not answered the shell
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Decisions:
     release: list[str] = field(default_factory=list)  # idle cloud nodes to give back
     cancel: list[tuple[str, str]] = field(default_factory=list)  # (request id, why): give up, keep nothing it made
     teardown: list[str] = field(default_factory=list)  # sites whose whole cluster to take down (nothing there for scale_in_idle_s)
-    evict: list[tuple[str, str]] = field(default_factory=list)  # (job, why): a stale gang to stop and queue again, whole (NodeLost)
+    evict: list[tuple[str, str, str]] = field(default_factory=list)  # (job, reason, why) to stop and queue again, whole: a stale gang (NodeLost), a lost site's (SiteLost)
     shrink: list[str] = field(default_factory=list)  # elastic gangs that lost tasks but not their minimum: they go on with the rest
     blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (site, group, why) newly blocked
     capacity_waiting: list[JobSpec] = field(default_factory=list)  # what the MIG managers may slice for
@@ -172,14 +173,17 @@ class DecisionCycle:
         head_wake = self._teardown(obs, out) if obs.heads or self.empty_since else None
         lost = obs.lost if obs.lost is not None else tuple(r for r in obs.running if r.lost)
         lost_wake = self._lost(lost, obs.now, out) if self.stale_since or lost else None
+        site_wake = self._site_lost(obs, out) if obs.unreachable else None
+        shell_wakes = [w for w in (head_wake, lost_wake, site_wake) if w is not None]
         if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or out.prewarm_gpus):
-            out.wake_at = min((w for w in (head_wake, lost_wake) if w is not None), default=None)
+            out.wake_at = min(shell_wakes, default=None)
             return out  # nothing else could change
         # Full, or only the new arrivals: when, since the last cycle, jobs only arrived, what
         # waited then would wait the same way now (see incremental_pending).
         in_flight = tuple(f for f in obs.in_flight if f.request_id not in {rid for rid, _ in out.cancel})
         covered = frozenset(j for f in in_flight for j in f.jobs)
-        fingerprint = (obs.running, obs.nodes, queues, covered, tuple(sorted(upcoming.items())), tuple(sorted(obs.stopped.items())))
+        fingerprint = (obs.running, obs.nodes, queues, covered, tuple(sorted(upcoming.items())), tuple(sorted(obs.stopped.items())),
+                       tuple(sorted(obs.unreachable)))
         last = self.last
         out.full = full = (last is None or bool(last.admissions or last.preemptions) or self.scaled or fingerprint != self.fingerprint
                            or (self.wake is not None and now >= self.wake) or len(obs.pending) != self.pending_count + len(obs.arrived)
@@ -188,7 +192,7 @@ class DecisionCycle:
         snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full),
                         queues, covered, reservations, over, upcoming, claims, obs.stopped,
                         last.consolidating if last else {}, last.moving if last else {},
-                        {q: until for q, (_, until) in self.reclaimed.items() if until > now}, obs.stopping)
+                        {q: until for q, (_, until) in self.reclaimed.items() if until > now}, obs.stopping, frozenset(obs.unreachable))
         state = self.state or CycleState.build(snap, self.strategy)
         state.quota.past = past
         plan = out.plan = schedule(snap, now, state)
@@ -201,7 +205,7 @@ class DecisionCycle:
         wakes += [since + shrink for since in plan.over_capability_since.values()]
         if self.bursting:
             wakes += self._burst(obs, plan, state, cloud, in_flight, claims, out)
-        wakes += [w for w in (head_wake, lost_wake) if w is not None]
+        wakes += shell_wakes
         if out.teardown and out.scale_up:  # wanted again this very cycle: it stays
             wanted = {u.site for u in out.scale_up}
             self.empty_since.update({s: now for s in out.teardown if s in wanted})
@@ -233,11 +237,28 @@ class DecisionCycle:
                 continue
             since = self.stale_since.get(r.spec.id, now)
             if now >= since + grace - 1e-6:
-                out.evict.append((r.spec.id, f"{r.lost} of its tasks lost their node; {r.tasks} left of the {least} it needs, for {now - since:g} s"))
+                out.evict.append((r.spec.id, "NodeLost", f"{r.lost} of its tasks lost their node; {r.tasks} left of the {least} it needs, for {now - since:g} s"))
             else:
                 stale[r.spec.id] = since
         self.stale_since = stale
         return min((since + grace for since in stale.values()), default=None)
+
+    def _site_lost(self, obs: Observation, out: Decisions) -> float | None:
+        """What runs at a site that has not answered for site_lost_timeout_s is queued again,
+        whole, to run elsewhere (Kueue MultiKueue's workerLostTimeout): a passing outage is
+        waited out, a long one must not hold work hostage. Returns when the next site is due."""
+        timeout = self.fed.policies.preemption.site_lost_timeout_s
+        evicted = {job for job, _, _ in out.evict}
+        due = []
+        for r in obs.running:
+            since = obs.unreachable.get(r.site)
+            if since is None or r.spec.id in evicted:
+                continue
+            if obs.now >= since + timeout - 1e-6:
+                out.evict.append((r.spec.id, "SiteLost", f"its site {r.site} has not answered for {obs.now - since:.0f} s"))
+            else:
+                due.append(since + timeout)
+        return min(due, default=None)
 
     def _back_off(self, obs: Observation, plan: Plan) -> None:
         """Kueue KEP-14468's reclaim back-off: a queue reclaim took from may not borrow again for

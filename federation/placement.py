@@ -33,8 +33,7 @@ def _groups(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[s
         k = _fit(cluster, job, rep)
         if k == 0:
             continue
-        names = cluster.groups[rep.sig]
-        usable = len(names) - (sum(1 for b in blocked if b in names) if blocked else 0)
+        usable = cluster.members(rep.sig, blocked)
         if usable:
             out.append((rep, usable, k))
     return out
@@ -82,14 +81,14 @@ def _greedy(cluster: ClusterState, job: JobSpec, want: int, strategy: Strategy, 
     while len(placed) < want:
         remaining = want - len(placed)
         best = None
-        seen: set[int] = set()  # alike free states in other racks score alike: score one
+        first: dict[int, str] = {}  # alike free states in other racks score alike: score the first node by name
         for rep in cluster.representatives({site}):
-            if (rack is not None and rep.node.rack != rack) or rep.fit_key in seen:
+            if rack is not None and rep.node.rack != rack:
                 continue
-            seen.add(rep.fit_key)
             name = next((n for n in cluster.groups[rep.sig] if n not in blocked and not (one_each and n in used)), None)
-            if name is None:
-                continue
+            if name is not None and (rep.fit_key not in first or name < first[rep.fit_key]):
+                first[rep.fit_key] = name
+        for name in first.values():
             member = cluster.nodes[name]
             k = min(_fit(cluster, job, member), 1 if one_each else remaining)
             if k == 0:

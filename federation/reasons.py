@@ -27,6 +27,7 @@ class Reason(StrEnum):
     Consolidating = "Consolidating"
     ReservedForGang = "ReservedForGang"
     ReservedForQueue = "ReservedForQueue"
+    SiteUnreachable = "SiteUnreachable"
     # the cloud (policies.burst)
     WaitingForBurst = "WaitingForBurst"
     NoBurstOption = "NoBurstOption"
@@ -54,11 +55,12 @@ MEANING: dict[Reason, str] = {
     Reason.Consolidating: "the GPUs it needs are free but scattered: smaller jobs are being moved to other nodes (stopped within their grace, then started there) to make room",
     Reason.ReservedForGang: "the nodes that would fit it are reserved for a larger waiting gang",
     Reason.ReservedForQueue: "the free GPUs are held for another queue's guarantee on its sites",
+    Reason.SiteUnreachable: "every site that could hold it has stopped answering the federation; nothing is sent to a site until it answers again",
     Reason.WaitingForBurst: "cloud nodes are being provisioned for it",
     Reason.NoBurstOption: "no cloud node group that can hold it is available now (blocked after errors, or none fits)",
     Reason.BurstBudgetExhausted: "more cloud nodes would pass the hourly or monthly budget",
     Reason.BurstCapacityExhausted: "every cloud node group that fits it is at max_nodes",
     Reason.NodeLost: "a node it ran on went away (a spot interruption?); it was queued again whole",
-    Reason.SiteLost: "its site did not answer for 15 minutes; it was queued again whole",
+    Reason.SiteLost: "its site did not answer for policies.preemption.site_lost_timeout_s (15 minutes unless set); it was queued again whole, and the run the site may still have is stopped when it answers again",
     Reason.SiteLostJob: "its site no longer knew its Ray job (the site's cluster was replaced); it was queued again whole",
 }

@@ -67,6 +67,7 @@ class Snapshot:
     moving: dict[str, tuple[tuple[TaskPlacement, ...], float]] = field(default_factory=dict)  # kept from the last plan
     borrow_backoff: dict[str, float] = field(default_factory=dict)  # queue -> until when it may not borrow (reclaim back-off)
     stopping: tuple[RunningJob, ...] | None = None  # of `running`, those within a preemption's grace (None: found by a scan)
+    unreachable: frozenset[str] = frozenset()  # sites that do not answer now: nothing is placed there
 
 
 @dataclass
@@ -222,7 +223,8 @@ class _Cycle(Preempting):
         started = set()
         for job_id, (placements, _) in list(self.moving.items()):
             spec = pending.get(job_id) or running.get(job_id)
-            if spec is None or not self.cluster.can_take(spec, placements):  # gone, or its place is (a node went): it queues as any job
+            if (spec is None or not self.cluster.can_take(spec, placements)  # gone, or its place is (a node went): it queues as any job
+                    or self.cluster.nodes[placements[0].node].node.site in self.snap.unreachable):
                 del self.moving[job_id]
                 continue
             self.cluster.apply(spec, placements)
@@ -332,6 +334,8 @@ class _Cycle(Preempting):
         if not sites:
             self.pending[job.id] = PendingReason("NoFeasibleNode", "no node type at the queue's sites can ever hold one task of this job", job.per_task)
             return
+        # the quota decides on every site; nothing is placed (or preempted) where a site does not answer
+        reachable = [s for s in sites if s not in self.snap.unreachable] if self.snap.unreachable else sites
         need = job.request(job.min_tasks or job.tasks)
         if self.preemptor_priority.get(job.queue, job.priority) > job.priority:
             self.pending[job.id] = PendingReason("BehindPreemptor", "a higher-priority job of its queue waits for the jobs it preempted to stop", need)
@@ -349,7 +353,7 @@ class _Cycle(Preempting):
             # quota refused: the job may still displace its own queue's lower priorities (KAI's
             # preempt action, Kueue's withinClusterQueue), and others' borrowed work if entitled
             # (also where others' usage and guarantees hold the capacity: `pool`)
-            if verdict.code != "MaxRunningJobs" and (entitled or not verdict.pool) and self._may_preempt(job) and self._try_preempt(job, sites):
+            if verdict.code != "MaxRunningJobs" and (entitled or not verdict.pool) and self._may_preempt(job) and self._try_preempt(job, reachable):
                 return
             reason = PendingReason(verdict.code, verdict.message, need, verdict.free)
             self.pending[job.id] = reason
@@ -362,6 +366,10 @@ class _Cycle(Preempting):
             self.pending[job.id] = PendingReason("ReclaimBackoff", f"reclaim took its queue's borrowed work; it may borrow again in {until - self.now:.0f} s", need)
             self.wake_at = min(self.wake_at or float("inf"), until)
             return
+        if not reachable:
+            self.pending[job.id] = PendingReason("SiteUnreachable", f"the sites that could hold it ({', '.join(sites)}) do not answer now", need)
+            return
+        sites = reachable
         shape = (tuple(sites), job.per_task, job.tasks, job.min_tasks, job.gpu_models, job.mig_profile)
         if job.id in self.consolidating or job.id in self.freeing:  # nodes held for it are blocked for its like: its own shape
             shape += (job.id,)
@@ -429,7 +437,7 @@ class _Cycle(Preempting):
         if not mine or not verdict.ok:
             return False
         others = frozenset(self.cluster.nodes.keys() - mine)
-        for site in sorted({self.cluster.nodes[n].node.site for n in mine}):
+        for site in sorted({self.cluster.nodes[n].node.site for n in mine} - self.snap.unreachable):
             placed = place_gang(self.cluster, self._elastic_cap(job), site, self.strategy, self.policies.placement.gang_topology, others)
             if placed is not None and self._admit(job, site, placed, verdict.borrowing) is None:
                 return True
@@ -536,7 +544,7 @@ class _Cycle(Preempting):
                 continue
             chosen, total = [], 0
             # nodes closest to free first; a free-state group at a time, not node by node
-            for rep in sorted(self.cluster.representatives({site}), key=lambda st: (-st.free_gpu_milli, st.sig)):
+            for rep in sorted(self.cluster.representatives({site}), key=lambda st: (-st.free_gpu_milli, st.node.name)):
                 k = self._fit_when_empty(job, rep.node)
                 for name in self.cluster.groups[rep.sig] if k else ():
                     if name in blocked:

@@ -303,6 +303,8 @@ class PreemptionPolicy(Strict):
     """KAI's consolidation: a gang that fragmentation alone keeps out moves the fewest preemptible jobs that can run elsewhere."""
     stale_gang_grace_s: NonNegativeFloat = 60.0
     """How long a gang left below its minimum of tasks (a node went away) keeps the rest before it is stopped and queued again whole."""
+    site_lost_timeout_s: NonNegativeFloat = 900.0
+    """How long a site may not answer before what runs there is queued again whole elsewhere (SiteLost; Kueue MultiKueue's workerLostTimeout); nothing new is sent to it meanwhile, and the runs it still has are stopped when it answers again."""
 
 
 class FairSharePolicy(Strict):

@@ -98,6 +98,8 @@ class Store:
         # layout it had before, kept on a failure) or READY
         self._db.execute("CREATE TABLE IF NOT EXISTS mig_layouts (node TEXT, gpu INTEGER, layout TEXT, previous TEXT, state TEXT, "
                          "since_s REAL, PRIMARY KEY (node, gpu))")
+        # runs left at a site that did not answer when their jobs were queued again elsewhere: stopped once it answers
+        self._db.execute("CREATE TABLE IF NOT EXISTS orphans (site TEXT, dispatch_id TEXT, since_s REAL, PRIMARY KEY (site, dispatch_id))")
         self._live: dict[str, JobRow] | None = None  # id -> row of the live jobs, read at first use
 
     def _row(self, values: tuple) -> JobRow:
@@ -200,6 +202,18 @@ class Store:
     def stopped_queues(self) -> dict[str, str]:
         with self._lock:
             return dict(self._db.execute("SELECT queue, policy FROM queue_stops").fetchall())
+
+    def add_orphan(self, site: str, dispatch_id: str, at: float) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO orphans VALUES (?, ?, ?)", (site, dispatch_id, at))
+
+    def orphans(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return self._db.execute("SELECT site, dispatch_id FROM orphans ORDER BY since_s").fetchall()
+
+    def drop_orphan(self, site: str, dispatch_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM orphans WHERE site = ? AND dispatch_id = ?", (site, dispatch_id))
 
     def put_package(self, name: str, data: bytes, at: float) -> None:
         with self._lock:

@@ -102,3 +102,23 @@ def test_fedctl_schema_is_a_json_schema_the_canonical_config_meets_and_a_typo_br
     doc["queues"][0]["deserverd"] = {"gpu": 1}
     with pytest.raises(jsonschema.ValidationError, match="deserverd"):
         jsonschema.validate(doc, schema)
+
+
+def test_simulate_takes_site_outages_and_refuses_bad_ones_by_name(tmp_path):
+    """`--outage SITE@AT_S+FOR_S`: the site is silent; past site_lost_timeout_s (900 s by default)
+    what ran there is queued again (SiteLost) and the events say when it went silent and came back."""
+    config = tmp_path / "f.yaml"
+    config.write_text(CONFIG)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"id": "a", "submit_s": 0, "queue": "research", "tasks": 1, "gpus_per_task": 8, "duration_s": 3000}) + "\n")
+    r = fedctl("simulate", "-c", str(config), "--trace", str(trace), "--out", str(tmp_path / "out"), "--no-html", "--outage", "idc@100+1000")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    seen = [(e["t"], e["type"], e.get("reason")) for e in events if e["type"] in ("site_unreachable", "requeue", "site_answers", "admit")]
+    assert seen == [(0, "admit", None), (100, "site_unreachable", None), (1000, "requeue", "SiteLost"), (1100, "site_answers", None),
+                    (1100, "admit", None)]
+    assert not any(json.loads(r.stdout)["invariants"].values())
+    for bad, says in [("idc", "expected SITE@AT_S+FOR_S"), ("mars@1+2", "no site 'mars'"), ("idc@nan+5", "finite"),
+                      ("idc@5+-1", "finite number > 0"), ("idc@x+1", "are seconds")]:
+        r = fedctl("simulate", "-c", str(config), "--trace", str(trace), "--out", str(tmp_path / "bad"), "--outage", bad)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)

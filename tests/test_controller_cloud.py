@@ -59,8 +59,24 @@ def cloud(moto_server, tmp_path, request):
     made = []
 
     class SiteRay(RaySite):
-        """The sites' Ray clusters are not reachable here: every machine the cloud runs has joined
-        its site's cluster, but those a test names in `controller.not_joined`."""
+        """The sites' Ray clusters, faked: they take every job and run it until it is stopped;
+        every machine the cloud runs has joined its site's cluster, but those a test names in
+        `controller.not_joined`."""
+
+        runs: dict[str, str] = {}  # dispatch id -> state, across restarts of the controller
+
+        def answers(self):
+            return True
+
+        def submit(self, dispatch_id, entrypoint, runtime_env, allocation, metadata=None):
+            self.runs.setdefault(dispatch_id, "RUNNING")
+
+        def status(self, dispatch_id):
+            return self.runs.get(dispatch_id)
+
+        def stop(self, dispatch_id):
+            if dispatch_id in self.runs:
+                self.runs[dispatch_id] = "STOPPED"
 
         def joined(self):
             return {i["InstanceId"] for i in instances()} - controller.not_joined
@@ -104,7 +120,7 @@ def test_a_gang_that_waits_past_pending_wait_bursts_and_is_admitted_on_the_new_n
     clock[0] += 300
     ctl.tick()
     row = ctl.store.get("big")
-    assert row.site == "aws" and row.status == "ADMITTED" and {p["node"] for p in row.placements} == {i["InstanceId"] for i in instances()}
+    assert row.site == "aws" and row.status == "RUNNING" and {p["node"] for p in row.placements} == {i["InstanceId"] for i in instances()}
     assert ctl.ledger.get(req.id).state == "DELIVERED"
     # two p4d nodes at 30 USD/h for the 300 s since the meter last ran
     assert ctl.ledger.spend("2027-01") == pytest.approx(2 * 30 * 300 / 3600)
@@ -168,7 +184,7 @@ def test_nodes_bought_for_a_gang_stay_its_own_across_a_restart(cloud):
     clock[0] += 300
     ctl2.tick()
     big, small = ctl2.store.get("big"), ctl2.store.get("small")
-    assert big.status == "ADMITTED" and {p["node"] for p in big.placements} == {i["InstanceId"] for i in instances()}
+    assert big.status == "RUNNING" and {p["node"] for p in big.placements} == {i["InstanceId"] for i in instances()}
     assert small.status == "PENDING"
 
 
@@ -256,7 +272,7 @@ def test_a_gang_whose_spot_node_is_interrupted_is_requeued_after_the_stale_gang_
     prov.ec2.terminate_instances(InstanceIds=[victim])  # what a spot interruption looks like from here
     clock[0] += 5
     ctl.tick()
-    assert ctl.store.get("big").status == "ADMITTED" and ctl.store.get("big").attempt == 0  # within its grace
+    assert ctl.store.get("big").status == "RUNNING" and ctl.store.get("big").attempt == 0  # within its grace
     clock[0] += ctl.fed.policies.preemption.stale_gang_grace_s
     ctl.tick()
     row = ctl.store.get("big")
@@ -274,7 +290,7 @@ def test_a_failed_listing_is_not_an_empty_cloud(cloud):
     clock[0] += 5
     ctl.tick()
     assert ctl.cloud_nodes == nodes  # the last listing stands
-    assert ctl.store.get("big").status == "ADMITTED" and ctl.ledger.requests("aws")[0].state == "DELIVERED"
+    assert ctl.store.get("big").status == "RUNNING" and ctl.ledger.requests("aws")[0].state == "DELIVERED"
 
 
 @pytest.mark.parametrize("cloud", [{"tidal": "[{name: prewarm, forecast: {history_days: 7, lead_s: 900}}]"}], indirect=True)

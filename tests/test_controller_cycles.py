@@ -1,5 +1,5 @@
 """The live controller's cycle: after only arrivals it looks at the new jobs alone, and what it
-shows Ray's clients. The site's Ray cluster is unreachable here: these tests stop at admission."""
+shows Ray's clients. The site is faked (it takes every job and runs it until stopped)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from federation.runtime.controller import Controller
 from federation.runtime.sites import RaySite
 from federation.store import JobRow, Store
 
+from .test_controller_faults import FakeSite
 from .test_controller_tidal import CONFIG, at
 
 
 @pytest.fixture
 def ctl(tmp_path, monkeypatch):
     clock = [at(12)]
-    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: clock[0])
+    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": FakeSite()}, clock=lambda: clock[0])
     seen: list[set[str]] = []
     import federation.cycle as mod
 
@@ -95,14 +96,14 @@ def test_a_restarted_controller_asks_the_site_before_showing_a_dispatched_job_ru
     assert c.job_details(row)["status"] == "RUNNING"
 
 
-def test_stopping_a_job_at_an_unreachable_site_is_a_503_that_says_so(ctl):
+def test_stopping_a_job_at_an_unreachable_site_is_a_503_that_says_so(tmp_path):
     import asyncio
 
     from aiohttp.test_utils import TestClient, TestServer
 
     from federation.runtime.api import make_app
 
-    c, _, _ = ctl
+    c = Controller(parse(CONFIG), Store(tmp_path / "s.db"), {"idc": RaySite("idc", "http://127.0.0.1:9")})  # nothing answers there
     submit(c, "a", 8)
     c.tick()  # admitted; its dispatch failed: the site is unreachable
 
@@ -185,7 +186,7 @@ queues:
   - {name: other, deserved: {gpu: 8}, capability: {gpu: 8}}
 """)
     clock = [1000.0]
-    c = Controller(fed, Store(tmp_path / "s.db"), {"idc": RaySite("idc", "http://127.0.0.1:9")}, clock=lambda: clock[0])
+    c = Controller(fed, Store(tmp_path / "s.db"), {"idc": FakeSite()}, clock=lambda: clock[0])
     for job_id, queue, extra in (("a", "research", {}), ("b", "research", {}), ("w1", "research", {}), ("x1", "other", {}), ("x2", "other", {}),
                                  ("w2", "research", {"priority": "urgent"})):
         clock[0] += 1

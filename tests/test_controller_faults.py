@@ -33,8 +33,8 @@ CONFIG = "federation: {name: faults, timezone: UTC}" + SITES + """queues:
 class FakeSite(RaySite):
     """A site's Ray cluster as its job client sees it: jobs by dispatch id, and faults on demand."""
 
-    def __init__(self):
-        super().__init__("idc", "http://127.0.0.1:9")
+    def __init__(self, name="idc"):
+        super().__init__(name, "http://127.0.0.1:9")
         self.jobs: dict[str, str] = {}
         self.fail_submit: dict[str, Exception] = {}  # federation job id -> what its submit raises
         self.down = False
@@ -49,6 +49,9 @@ class FakeSite(RaySite):
             raise self.fail_submit[allocation["job"]]
         self.jobs.setdefault(dispatch_id, "RUNNING")
 
+    def answers(self):
+        return not self.down
+
     def status(self, dispatch_id):
         if self.down:
             raise SiteUnavailable("site idc: connection refused")
@@ -58,6 +61,8 @@ class FakeSite(RaySite):
         return f"the log of {dispatch_id}\n"
 
     def stop(self, dispatch_id):
+        if self.down:
+            raise SiteUnavailable("site idc: connection refused")
         if dispatch_id in self.jobs:
             self.jobs[dispatch_id] = "STOPPED"
 
@@ -86,7 +91,7 @@ def test_a_running_job_its_site_no_longer_knows_is_requeued_whole_not_left_a_gho
     assert row.attempt == 1 and row.status == "RUNNING" and site.jobs == {"a-1": "RUNNING"}
 
 
-def test_a_site_silent_past_the_lost_timeout_has_its_jobs_queued_again(env):
+def test_a_site_silent_past_the_lost_timeout_has_its_jobs_queued_again_and_their_old_runs_stopped_when_it_answers(env):
     c, site, clock = env
     submit(c, "a")
     c.tick()
@@ -94,10 +99,59 @@ def test_a_site_silent_past_the_lost_timeout_has_its_jobs_queued_again(env):
     clock[0] += 1
     c.tick()
     assert c.store.get("a").status == "RUNNING"  # a passing outage is not a loss
-    clock[0] += Controller.SITE_LOST_S
+    clock[0] += 899
+    c.tick()
+    assert c.store.get("a").status == "RUNNING"  # 899 s of the 900 the policy waits by default
+    clock[0] += 1
     c.tick()
     row = c.store.get("a")
-    assert row.status in ("PENDING", "ADMITTED") and row.attempt == 1 and row.reason in ("SiteLost", None)
+    # queued again, and not sent back to the site that does not answer
+    assert row.status == "PENDING" and row.attempt == 1 and row.reason == "SiteUnreachable"
+    site.down = False
+    clock[0] += 1
+    c.tick()
+    # the run the site kept through the outage is stopped: the job never runs twice
+    assert site.jobs == {"a-0": "STOPPED", "a-1": "RUNNING"} and c.store.get("a").status == "RUNNING"
+    assert c.store.orphans() == []
+
+
+def test_the_jobs_of_a_lost_site_run_at_another_and_nothing_is_sent_to_it_while_it_is_silent(tmp_path):
+    """Two sites: while one does not answer, new work goes to the other; past the timeout (set
+    here to 300 s) what ran there is queued again and runs at the other."""
+    two = SITES + """      - {name: b, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 0}
+  - name: idc2
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 3}
+policies: {preemption: {site_lost_timeout_s: 300}}
+queues:
+  - {name: research, deserved: {gpu: 32}}
+"""
+    clock = [1000.0]
+    sites = {"idc": FakeSite("idc"), "idc2": FakeSite("idc2")}
+    c = Controller(parse("federation: {name: faults, timezone: UTC}" + two), Store(tmp_path / "s.db"), sites, clock=lambda: clock[0])
+    submit(c, "a", gpus=8)
+    c.tick()
+    at, other = "idc", "idc2"
+    assert c.store.get("a").site == at  # the first site in the config's order
+    sites[at].down = True
+    clock[0] += 1
+    c.tick()  # the status call fails: the site is unreachable from now on
+    for i in range(2):  # each fits at either site (idc has room for one more): both go to the one that answers
+        submit(c, f"n{i}", gpus=8)
+    clock[0] += 1
+    c.tick()
+    assert {c.store.get(f"n{i}").site for i in range(2)} == {other}
+    clock[0] += 298
+    c.tick()
+    assert c.store.get("a").status == "RUNNING" and c.store.get("a").site == at
+    clock[0] += 1
+    c.tick()
+    row = c.store.get("a")
+    assert row.attempt == 1 and row.site == other and row.status == "RUNNING"
+    assert sites[other].jobs["a-1"] == "RUNNING"
+    assert c.store.orphans() == [(at, "a-0")]  # stopped when its site answers
 
 
 def test_a_job_the_site_refuses_fails_with_the_sites_words_instead_of_waiting_forever(env):

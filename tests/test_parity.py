@@ -22,8 +22,8 @@ import pytest
 from federation.config import parse
 from federation.runtime.controller import Controller
 from federation.runtime.mig import LiveMig
-from federation.runtime.sites import RaySite
-from federation.simulation.engine import SimOptions, Simulator
+from federation.runtime.sites import RaySite, SiteUnavailable
+from federation.simulation.engine import Outage, SimOptions, Simulator
 from federation.simulation.traces import read_jsonl
 from federation.store import Store
 from providers.base import ProvidedNode, Provider, ProviderError
@@ -171,6 +171,24 @@ policies:
     {"id": "a", "submit_s": 10, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 200},
     {"id": "b", "submit_s": 300, "queue": "train", "tasks": 1, "gpus_per_task": 8, "duration_s": 200},
 ])
+# Two IDCs; idc2 stops answering twice. A short outage (120 s) is waited out: what finished there
+# meanwhile is learnt when it answers. A long one passes site_lost_timeout_s: its job is queued
+# again (SiteLost), nothing new is sent there while it is silent, and work waits for it to answer.
+SCENARIOS["outage"] = (idc("count: 2") + """  - name: idc2
+    kind: idc
+    ray_address: http://127.0.0.1:9
+    node_groups:
+      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}
+queues:
+  - {name: research, deserved: {gpu: 32}}
+policies:
+  preemption: {site_lost_timeout_s: 300}
+""", [
+    {"id": "a1", "submit_s": 0, "queue": "research", "tasks": 2, "gpus_per_task": 8, "duration_s": 2000},
+    {"id": "b1", "submit_s": 1, "queue": "research", "tasks": 1, "gpus_per_task": 8, "duration_s": 2000},
+    {"id": "b2", "submit_s": 2, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 150},
+    {"id": "c1", "submit_s": 1100, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 200},
+], (("idc2", 100, 120), ("idc2", 1000, 600)))
 FAIL_AFTER_S = 30  # the simulator's: a failed request reports back after this long
 
 PRIORITIES = """
@@ -184,9 +202,9 @@ class TimedSite(RaySite):
     """A site that runs each dispatched job for its trace duration (stretched, as the simulator
     does, when an elastic gang started with fewer tasks), on the test's clock."""
 
-    def __init__(self, clock, jobs, name="idc", cloud=None):
+    def __init__(self, clock, jobs, name="idc", cloud=None, down=()):
         super().__init__(name, "http://127.0.0.1:9")
-        self.clock, self.trace, self.cloud = clock, jobs, cloud
+        self.clock, self.trace, self.cloud, self.down = clock, jobs, cloud, down  # down: (from, until) clock times it does not answer
         self.runs: dict[str, tuple[float, str]] = {}  # dispatch id -> (ends at, state)
         self.nodes_of: dict[str, set[str]] = {}  # dispatch id -> the nodes it runs on
 
@@ -196,13 +214,22 @@ class TimedSite(RaySite):
     def joined(self):  # a cloud node joins its site's cluster as soon as its machine is up
         return {n.name for n in self.cloud.list_nodes()} if self.cloud is not None else set()
 
+    def answers(self):
+        return not any(a <= self.clock[0] < b for a, b in self.down)
+
+    def _answer(self):
+        if not self.answers():
+            raise SiteUnavailable(f"site {self.name}: connection refused")
+
     def submit(self, dispatch_id, entrypoint, runtime_env, allocation, metadata=None):
+        self._answer()
         job = self.trace[allocation["job"]]
         stretch = job["tasks"] / len(allocation["placements"])
         self.runs.setdefault(dispatch_id, (self.clock[0] + job["duration_s"] * stretch, "RUNNING"))
         self.nodes_of[dispatch_id] = {p["node"] for p in allocation["placements"]}
 
     def status(self, dispatch_id):
+        self._answer()
         if dispatch_id not in self.runs:
             return None
         ends, state = self.runs[dispatch_id]
@@ -211,6 +238,7 @@ class TimedSite(RaySite):
         return "SUCCEEDED" if state == "RUNNING" and self.clock[0] >= ends else state
 
     def stop(self, dispatch_id):
+        self._answer()
         if dispatch_id in self.runs:
             self.runs[dispatch_id] = (self.runs[dispatch_id][0], "STOPPED")
 
@@ -283,11 +311,12 @@ def placements(ps) -> tuple:
     return tuple(sorted(json.dumps(p, sort_keys=True) for p in ps))
 
 
-def simulated(config: str, jobs: list[dict], tmp_path) -> list[tuple]:
+def simulated(config: str, jobs: list[dict], tmp_path, outages=()) -> list[tuple]:
     fed = parse(config, "parity.yaml")
     path = tmp_path / "trace.jsonl"
     path.write_text("".join(json.dumps(j) + "\n" for j in jobs))
-    result = Simulator(fed, read_jsonl(path, fed), SimOptions(seed=1, start=START, boot_jitter=(1.0, 1.0))).run()
+    result = Simulator(fed, read_jsonl(path, fed), SimOptions(seed=1, start=START, boot_jitter=(1.0, 1.0),
+                                                              outages=tuple(Outage(*o) for o in outages))).run()
     out = []
     for e in result.events:
         if e["type"] == "admit":
@@ -309,14 +338,15 @@ def showback(books: dict) -> tuple:
     return (float("inf"), "showback", tuple(sorted((q, b["gpu_hours"], b["cloud_gpu_hours"]) for q, b in books.items())))
 
 
-def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon_s: float | None = None) -> list[tuple]:
+def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon_s: float | None = None, outages=()) -> list[tuple]:
     fed = parse(config, "parity.yaml")
     t0 = START.replace(tzinfo=ZoneInfo(fed.timezone)).timestamp()
     clock = [t0]
     trace = {j["id"]: j for j in jobs}
     numbers = itertools.count(1)
     clouds = {s.name: TimedCloud(fed, s.name, clock, numbers) for s in fed.sites if s.is_cloud}
-    sites = {s.name: TimedSite(clock, trace, s.name, clouds.get(s.name)) for s in fed.sites}
+    sites = {s.name: TimedSite(clock, trace, s.name, clouds.get(s.name), [(t0 + at, t0 + at + n) for site, at, n in outages if site == s.name])
+             for s in fed.sites}
     store = Store(tmp_path / "live.db")
     slicers = {s.name: LiveMig(fed, s.name, store, TimedSlicer(clock, fed.policies.mig.reconfigure_s)) for s in fed.sites
                if any(g.mig_enabled for g in s.node_groups)}
@@ -359,17 +389,17 @@ def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_the_simulator_and_the_live_controller_make_the_same_decisions(name, tmp_path):
-    config, jobs = SCENARIOS[name]
+    config, jobs, *outages = SCENARIOS[name]
     config += PRIORITIES
-    sim = simulated(config, jobs, tmp_path)
+    sim = simulated(config, jobs, tmp_path, *outages)
     assert sum(1 for e in sim if e[1] == "finish") == len(jobs)  # the scenario ran to its end
-    got = live(config, jobs, tmp_path)
+    got = live(config, jobs, tmp_path, outages=outages[0] if outages else ())
     assert got == sim
 
 
 def test_the_scenarios_exercise_what_they_are_named_for(tmp_path):
     """Guards the parity test against scenarios that decide nothing interesting."""
-    kinds = {name: {e[1] for e in simulated(cfg + PRIORITIES, jobs, tmp_path)} for name, (cfg, jobs) in SCENARIOS.items()}
+    kinds = {name: {e[1] for e in simulated(cfg + PRIORITIES, jobs, tmp_path, *rest)} for name, (cfg, jobs, *rest) in SCENARIOS.items()}
     assert {"preempt", "requeue"} <= kinds["reclaim"] and {"preempt", "requeue"} <= kinds["gangs"]
     sim = simulated(SCENARIOS["tidal"][0] + PRIORITIES, SCENARIOS["tidal"][1], tmp_path)
     opened = (datetime(2026, 1, 5, 0, 10) - START) / timedelta(seconds=1)
@@ -382,6 +412,11 @@ def test_the_scenarios_exercise_what_they_are_named_for(tmp_path):
     assert any(e[1] == "admit" and e[2] == "gang" and e[3] == "cloud" for e in burst) and any(e[1] == "node_down" for e in burst)
     spot = simulated(SCENARIOS["spot"][0] + PRIORITIES, SCENARIOS["spot"][1], tmp_path)
     assert [e[2] for e in spot if e[1] == "requeue"] == ["b"] and sum(1 for e in spot if e[1] == "scale_up") == 2
+    cfg, jobs, outages = SCENARIOS["outage"]
+    out = simulated(cfg + PRIORITIES, jobs, tmp_path, outages)
+    assert (220, "finish", "b2") in out  # ended at 152 while idc2 was silent: learnt when it answered
+    assert [e[:3] for e in out if e[1] == "requeue"] == [(1300.0, "requeue", "b1")]  # 300 s into the second outage
+    assert {e[2]: e[0] for e in out if e[1] == "admit" and e[0] > 2} == {"b1": 1600, "c1": 1600}  # nothing went to idc2 while it was silent
     mig = simulated(SCENARIOS["mig"][0] + PRIORITIES, SCENARIOS["mig"][1], tmp_path)
     assert {json.loads(p)["mig"]["profile"] for e in mig if e[1] == "admit" for p in e[4] if "mig" in json.loads(p)} == {"1g.10gb", "3g.40gb"}
 

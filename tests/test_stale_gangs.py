@@ -46,8 +46,8 @@ def test_a_gang_below_its_minimum_keeps_the_rest_for_its_grace_then_is_evicted()
     first = cycle.step(observe(100.0, gang("rigid")))
     assert first.evict == [] and first.shrink == [] and first.wake_at == 160.0  # the simulator wakes for it
     assert cycle.step(observe(159.0, gang("rigid"))).evict == []
-    [(job, why)] = cycle.step(observe(160.0, gang("rigid"))).evict
-    assert job == "rigid" and "1 left of the 2 it needs" in why
+    [(job, reason, why)] = cycle.step(observe(160.0, gang("rigid"))).evict
+    assert job == "rigid" and reason == "NodeLost" and "1 left of the 2 it needs" in why
 
 
 def test_a_gang_made_whole_again_within_its_grace_starts_a_new_grace_if_it_loses_a_task_again():

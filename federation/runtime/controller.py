@@ -27,13 +27,12 @@ from federation.inventory import config_nodes, group_node
 from federation.jobs import make_job
 from federation.mig.manager import MigManager
 from federation.model import Federation, JobSpec, Node, RunningJob, TaskPlacement
-from federation.retries import retry_after
 from federation.runtime.forecasting import seed
 from federation.runtime.health import CycleHealth
 from federation.runtime.mig import live_mig
 from federation.runtime.packages import PROTOCOL, referenced
-from federation.runtime.pinning import allocation_for
-from federation.runtime.sites import TERMINAL, RaySite, SiteRejected, SiteUnavailable
+from federation.runtime.site_jobs import SiteJobs
+from federation.runtime.sites import TERMINAL, RaySite, SiteUnavailable
 from federation.runtime.submission import read_submission
 from federation.showback import Ledger, holdings
 from federation.store import CloudRequest, JobRow, RequestLedger, Store
@@ -48,12 +47,9 @@ from providers.base import Provider
 log = logging.getLogger(__name__)
 
 
-class Controller:
+class Controller(SiteJobs):
     #: how often each cloud site is reconciled against the ledger (also once at start-up)
     RECONCILE_S = 300.0
-    #: how long a site may go unanswered before the jobs it runs are queued again elsewhere
-    #: (MultiKueue's workerLostTimeout, 15 min: long enough that a restart of the site's head is not a loss)
-    SITE_LOST_S = 900.0
     #: how long an uploaded package is kept before a job must refer to it (Ray's client uploads, then submits)
     PACKAGE_KEEP_S = 3600.0
 
@@ -204,7 +200,8 @@ class Controller:
         cloud = tuple(n for n in nodes if n.site in self.providers)
         d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
                                         tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues(),
-                                        self.ledger.spend_by(self._month(now), "queue"), self._heads(), tuple(lost), tuple(stopping)))
+                                        self.ledger.spend_by(self._month(now), "queue"), self._heads(), tuple(lost), tuple(stopping),
+                                        dict(self.unreachable_since)))
         self.prewarm_gpus = d.prewarm_gpus
         self.failed, self.last_pending = [], set(by_id)
         for site, group, why in d.blocked:
@@ -364,45 +361,6 @@ class Controller:
         if not prov.durable:  # cloud providers journal their own
             self.ledger.update(rid, state="CANCELLED")
 
-    def _lost(self, d: Decisions, present: set[str]) -> None:
-        """Gangs that lost tasks, as the cycle decided: a stale one (below its minimum past its
-        grace) is stopped and queued again, whole; an elastic one at its minimum goes on with the
-        tasks it has, which become its placements."""
-        for job_id, why in d.evict:
-            row = self.store.get(job_id)
-            if row.dispatch_id and row.site in self.sites:
-                try:
-                    self.sites[row.site].stop(row.dispatch_id)
-                except SiteUnavailable:
-                    pass  # the site's Ray cluster may have lost the job with the node
-            gone = sorted({p["node"] for p in row.placements or []} - present)
-            self._requeue(row, "NodeLost", f"node(s) {', '.join(gone)} of {row.site} went away (spot interruption?): {why}")
-        for job_id in d.shrink:
-            row = self.store.get(job_id)
-            kept = [p for p in row.placements or [] if p["node"] in present]
-            self.store.update(job_id, placements=kept, message=f"running on {len(kept)} of its tasks: the others' node went away")
-            log.warning(f"goes on with {len(kept)} task(s); the others' node went away", extra={"site": row.site, "job": job_id})
-
-    def _requeue(self, row: JobRow, reason: str | None, why: str) -> None:
-        """Queue a job again, whole, under a new attempt (and so a new dispatch id at its next site)."""
-        self.site_status.pop(row.id, None)
-        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, preempted_for=None, attempt=row.attempt + 1,
-                          reason=reason, message=f"{reason + ': ' if reason else ''}requeued, {why}")
-        log.info(f"requeued ({reason or 'Preempted'}): {why}", extra={"site": row.site, "job": row.id})
-
-    def _max_retries(self, row: JobRow) -> int:
-        spec = self.specs.get(row.id)
-        return spec.max_retries if spec is not None else int(row.request.get("max_retries") or 0)
-
-    def _retry(self, row: JobRow, now: float, wait: float) -> None:
-        """A run failed at its site and the job has retries left: queued again, whole, after `wait` (federation.retries)."""
-        n = (row.retries or 0) + 1
-        self.site_status.pop(row.id, None)
-        self.store.update(row.id, status="PENDING", site=None, placements=None, dispatch_id=None, stop_at_s=None, preempted_for=None, attempt=row.attempt + 1,
-                          retries=n, not_before_s=now + wait, reason="RetryBackoff",
-                          message=f"RetryBackoff: run {n} failed at {row.site}; retry {n} of {self._max_retries(row)} in {wait:g} s")
-        log.warning(f"failed; retry {n} of {self._max_retries(row)} in {wait:g} s", extra={"site": row.site, "job": row.id})
-
     def _month(self, now: float) -> str:
         return self._local(now).strftime("%Y-%m")
 
@@ -456,88 +414,6 @@ class Controller:
 
     def _local(self, now: float) -> datetime:
         return datetime.fromtimestamp(now, ZoneInfo(self.fed.timezone))
-
-    def _dispatch(self, job_id: str) -> None:
-        row = self.store.get(job_id)
-        site = self.sites[row.site]
-        try:
-            allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s),
-                                        {n.name: n.gpu_model for n in self.nodes if n.site == row.site})
-            for name in referenced(row.runtime_env):
-                if not site.has_package(name):
-                    data = self.store.package(name)
-                    if data is None:
-                        self.store.update(job_id, status="FAILED", ended_s=self.clock(),
-                                          message=f"runtime_env: package {PROTOCOL}://{name} is gone from the federation; submit the job again")
-                        return
-                    site.put_package(name, data)
-            site.submit(row.dispatch_id, row.entrypoint, row.runtime_env, allocation, row.metadata)
-        except SiteUnavailable as e:
-            self.store.update(job_id, message=f"dispatch pending: {e}")
-            return
-        except SiteRejected as e:
-            self.store.update(job_id, status="FAILED", ended_s=self.clock(), message=str(e))
-            log.error(f"failed at dispatch: {e}", extra={"site": row.site, "job": job_id})
-            return
-        except Exception as e:  # a fault in one job's dispatch must not stop every other job's: seen, counted, retried
-            self.health.failed(self.clock(), "dispatch", f"job {job_id} at {row.site}: {type(e).__name__}: {e}")
-            log.warning(f"dispatching failed; the next cycle tries again: {type(e).__name__}: {e}", exc_info=True, extra={"site": row.site, "job": job_id})
-            self.store.update(job_id, message=f"dispatch pending: {type(e).__name__}: {e}")
-            return
-        if self.store.get(job_id).status == "STOPPED":  # the user stopped it while it was being dispatched
-            try:
-                site.stop(row.dispatch_id)
-            except SiteUnavailable as e:
-                log.warning(f"stopped during its dispatch and cannot be stopped there: {e}", extra={"site": row.site, "job": job_id})
-            return
-        self.site_status[job_id] = "PENDING"
-        self.store.update(job_id, status="RUNNING", message=f"running at {row.site}")
-
-    def _sync(self, now: float) -> None:
-        """Finished jobs free their capacity; due preemptions stop and requeue; lost dispatches retry."""
-        for row in self.store.jobs({"ADMITTED", "RUNNING"}):
-            site = self.sites.get(row.site)
-            if site is None:
-                continue
-            if row.status == "ADMITTED":
-                self._dispatch(row.id)  # decided before a restart or a site outage: act now
-                continue
-            try:
-                status = site.status(row.dispatch_id)
-            except SiteUnavailable:
-                self.unreachable_since.setdefault(row.site, now)
-                if now - self.unreachable_since[row.site] >= self.SITE_LOST_S:
-                    self._requeue(row, "SiteLost", f"its site {row.site} has not answered for {now - self.unreachable_since[row.site]:.0f} s")
-                continue
-            self.unreachable_since.pop(row.site, None)
-            if status == "FAILED" and row.stop_at_s is None and (wait := retry_after((row.retries or 0) + 1, self._max_retries(row))) is not None:
-                self._retry(row, now, wait)
-                continue
-            if status in TERMINAL:  # ended, within a preemption's grace too: it is done, and never runs again
-                self.site_status.pop(row.id, None)
-                self.store.update(row.id, status=status, ended_s=now, stop_at_s=None, message=f"{status.lower()} at {row.site}")
-                continue
-            if status is None:  # the site never had it, or lost it (its cluster restarted): a ghost unless requeued
-                self._requeue(row, "SiteLostJob", f"its site {row.site} no longer knows its Ray job {row.dispatch_id}")
-                continue
-            if row.stop_at_s is not None and row.stop_at_s <= now:
-                try:
-                    site.stop(row.dispatch_id)
-                except SiteUnavailable:
-                    continue
-                self._requeue(row, None, "after preemption")
-                continue
-            spec = self.specs.get(row.id)  # the cycle builds them; a job dispatched before a restart has none yet
-            limit = spec.max_runtime_s if spec is not None else row.request.get("max_runtime_s")
-            if limit is not None and row.started_s is not None and now - row.started_s >= limit:
-                try:
-                    site.stop(row.dispatch_id)
-                except SiteUnavailable:
-                    continue
-                self.site_status.pop(row.id, None)
-                self.store.update(row.id, status="FAILED", ended_s=now, message=f"MaxRuntimeExceeded: stopped after max_runtime_s {limit:g} s")
-                continue
-            self.site_status[row.id] = status
 
     # ---- what people see ----
 

@@ -107,6 +107,13 @@ class RaySite:
             return None
         return joined_nodes(address, ray_headers())
 
+    def answers(self) -> bool:
+        """Whether the site's Jobs API answers now (the dashboard's /api/version)."""
+        try:
+            return requests.get(f"{self.address}/api/version", headers=ray_headers(), timeout=10).status_code == 200
+        except (SiteUnavailable, requests.RequestException):
+            return False
+
     def status(self, dispatch_id: str) -> str | None:
         try:
             return str(self.client.get_job_status(dispatch_id).value)

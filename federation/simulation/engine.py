@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -19,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from federation.cluster import ClusterState
 from federation.cycle import DecisionCycle, Observation, ProvisionFailure
+from federation.errors import FederationError
 from federation.holds import free_gpu_milli
 from federation.inventory import config_nodes, group_node
 from federation.mig.manager import MigManager, with_layout
@@ -38,6 +41,34 @@ from policies.tidal import (
 from providers.errors import CAPACITY
 
 FAIL_AFTER_S = 30.0  # a failed provisioning request reports back after this long
+# what a site reports of a run: while the site does not answer, the federation learns none of it
+SITE_REPORTS = frozenset({"finish", "max_runtime", "run_failed", "stop"})
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A site that does not answer the federation from `at_s` for `for_s` (its runs go on)."""
+
+    site: str
+    at_s: float
+    for_s: float
+
+
+def parse_outage(text: str, fed: Federation) -> Outage:
+    """`SITE@AT_S+FOR_S`, as `fedctl simulate --outage` takes it."""
+    m = re.fullmatch(r"([^@]+)@([^+]+)\+(.+)", text.strip())
+    if m is None:
+        raise FederationError(f"--outage {text!r}: expected SITE@AT_S+FOR_S, e.g. idc@3600+1800")
+    site, at, length = m.groups()
+    if site not in {s.name for s in fed.sites}:
+        raise FederationError(f"--outage {text!r}: no site {site!r} in this federation")
+    try:
+        at_s, for_s = float(at), float(length)
+    except ValueError:
+        raise FederationError(f"--outage {text!r}: AT_S and FOR_S are seconds") from None
+    if not (math.isfinite(at_s) and at_s >= 0 and math.isfinite(for_s) and for_s > 0):
+        raise FederationError(f"--outage {text!r}: AT_S must be a finite number >= 0 and FOR_S a finite number > 0")
+    return Outage(site, at_s, for_s)
 
 
 @dataclass
@@ -47,6 +78,7 @@ class SimOptions:
     samples: int = 240  # points of the time series in the report
     progress: Callable[[float, int, int], None] | None = None  # (t, done, total)
     boot_jitter: tuple[float, float] = (0.9, 1.25)  # a cloud node boots in boot_s x uniform(these)
+    outages: tuple[Outage, ...] = ()  # sites that stop answering for a while
 
 
 @dataclass
@@ -134,6 +166,9 @@ class Simulator:
         self.drain_since: dict[str, float] = {}
         self.mig_forecast: dict[str, dict[str, int]] | None = None  # the cycle says
         self.learn_at: float | None = None  # the forecast's wake-up the cycle last asked for
+        self.unreachable: dict[str, float] = {}  # site -> since when it has not answered
+        self.unheard: dict[str, list[tuple[str, tuple]]] = {}  # site -> what it reported while it did not answer
+        self.down_count: dict[str, int] = {}  # site -> outages under way
 
     # ---- plumbing ----
 
@@ -157,6 +192,9 @@ class Simulator:
         self.cycle = DecisionCycle(self.fed, self.state, full_every_s=None)  # every change here is an event: no safety net
         for j in self.trace.jobs:
             self.push(j.spec.submit_s, "arrive", j.spec.id)
+        for o in sorted(self.opt.outages, key=lambda o: (o.site, o.at_s)):
+            self.push(o.at_s, "site_down", o.site)
+            self.push(o.at_s + o.for_s, "site_up", o.site)
         self._push_window_timer(0.0)
         total, done, t = len(self.jobs), 0, 0.0
         while self.heap:
@@ -164,6 +202,9 @@ class Simulator:
             self._sample_until(t)
             while self.heap and self.heap[0][0] == t:
                 _, _, kind, payload = heapq.heappop(self.heap)
+                if self.unreachable and kind in SITE_REPORTS and (run := self.running.get(payload[0])) and run.site in self.unreachable:
+                    self.unheard[run.site].append((kind, payload))  # learnt when the site answers again
+                    continue
                 getattr(self, f"_on_{kind}")(t, *payload)
             self._cycle(t)
             self._mig_step(t)
@@ -297,6 +338,21 @@ class Simulator:
         self.emit(t, "spot_interruption", site=self.nodes[node].site, node=node)
         self._lose(t, node)
         self._node_down(t, node)
+
+    def _on_site_down(self, t: float, site: str) -> None:
+        if site not in self.unreachable:  # outages of one site that overlap are one
+            self.unreachable[site] = t
+            self.unheard[site] = []
+            self.emit(t, "site_unreachable", site=site)
+        self.down_count[site] = self.down_count.get(site, 0) + 1
+
+    def _on_site_up(self, t: float, site: str) -> None:
+        self.down_count[site] -= 1
+        if self.down_count[site]:
+            return
+        self.emit(t, "site_answers", site=site, after_s=round(t - self.unreachable.pop(site), 3))
+        for kind, payload in self.unheard.pop(site):  # a run lost meanwhile (SiteLost) was stopped: its reports are stale
+            self.push(t, kind, *payload)
 
     def _lose(self, t: float, node: str) -> None:
         """The tasks on a node that goes away are gone: each job keeps its other tasks, counted
@@ -484,7 +540,7 @@ class Simulator:
                           self.ledger.total_cost - self.month_base_usd, self.bought_for,
                           queue_month_spend_usd={q: usd - self.month_base_queue.get(q, 0.0) for q, usd in costs.items()},
                           heads=frozenset(self.heads), lost=tuple(self.running[j] for j in sorted(self.flagged["lost"])),
-                          stopping=tuple(self.running[j] for j in sorted(self.flagged["stopping"])))
+                          stopping=tuple(self.running[j] for j in sorted(self.flagged["stopping"])), unreachable=dict(self.unreachable))
         self.arrived, self.submitted, self.failed = set(), [], []
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
@@ -512,8 +568,8 @@ class Simulator:
             del self.heads[site]
             self.ledger.set_heads(t, {s: self.fed.site(s).head_price_usd_per_hour for s in self.heads})
             self.emit(t, "cluster_down", site=site)
-        for job_id, _why in d.evict:  # the live controller says why in the job's message; here the event names the node
-            self._requeue(t, job_id, "NodeLost")
+        for job_id, reason, _why in d.evict:  # the live controller says why in the job's message; here the events say what went
+            self._requeue(t, job_id, reason)
         for job_id in d.shrink:  # an elastic gang goes on with the tasks it has
             self.running[job_id] = replace(self.running[job_id], lost=0)
             self.flagged["lost"].discard(job_id)
