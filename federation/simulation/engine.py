@@ -79,9 +79,11 @@ class SimOptions:
     progress: Callable[[float, int, int], None] | None = None  # (t, done, total)
     boot_jitter: tuple[float, float] = (0.9, 1.25)  # a cloud node boots in boot_s x uniform(these)
     outages: tuple[Outage, ...] = ()  # sites that stop answering for a while
+    # each event as it happens; set, events are not kept (a million-job replay's would not fit in memory)
+    on_event: Callable[[dict], None] | None = None
 
 
-@dataclass
+@dataclass(slots=True)  # one per job of the trace: a million of them in a long replay
 class JobRecord:
     spec: JobSpec
     duration_s: float
@@ -100,7 +102,7 @@ class JobRecord:
 
 @dataclass
 class SimResult:
-    events: list[dict]
+    events: list[dict]  # empty when SimOptions.on_event took them
     jobs: dict[str, JobRecord]
     ledger: Ledger
     samples: list[dict]
@@ -116,6 +118,8 @@ class SimResult:
     start: datetime | None = None  # the wall-clock time of t = 0, in the federation's time zone
     deserved_gpus: dict[str, float] = field(default_factory=dict)  # queue -> deserved GPUs (the config's; None: unlimited)
     budgets_usd_per_month: dict[str, float] = field(default_factory=dict)  # queue (or "" for the federation) -> its monthly cloud budget
+    preemptions: list[tuple[float, str]] = field(default_factory=list)  # (when, reason) of each
+    reslices: list[float] = field(default_factory=list)  # when each MIG GPU was re-sliced
 
 
 class Simulator:
@@ -129,6 +133,9 @@ class Simulator:
         self.heap: list = []
         self.seq = itertools.count()
         self.events: list[dict] = []
+        self.sink = self.opt.on_event or self.events.append
+        self.preemptions: list[tuple[float, str]] = []
+        self.reslices: list[float] = []
         self.jobs = {j.spec.id: JobRecord(j.spec, j.duration_s, j.checkpoint_interval_s, j.duration_s, fails_left=j.failed_runs, fail_after_s=j.fail_after_s)
                      for j in trace.jobs}
         self.pending: dict[str, JobSpec] = {}
@@ -176,7 +183,7 @@ class Simulator:
         heapq.heappush(self.heap, (t, next(self.seq), kind, payload))
 
     def emit(self, t: float, type_: str, **fields) -> None:
-        self.events.append({"t": round(t, 3), "type": type_, **fields})
+        self.sink({"t": round(t, 3), "type": type_, **fields})
 
     def local(self, t: float) -> datetime:
         return self.start + timedelta(seconds=t)
@@ -224,7 +231,8 @@ class Simulator:
                          mig if self.mig else {}, self.openings, scored, self.wait_gpu_s, self.start,
                          {q.name: q.deserved.gpu for q in self.fed.queues if q.deserved.gpu_milli < UNLIMITED},
                          {**{q.name: q.burst_budget_usd_per_month for q in self.fed.queues if q.burst_budget_usd_per_month is not None},
-                          **({"": self.fed.policies.burst.budget_usd_per_month} if self.fed.policies.burst.budget_usd_per_month is not None else {})})
+                          **({"": self.fed.policies.burst.budget_usd_per_month} if self.fed.policies.burst.budget_usd_per_month is not None else {})},
+                         self.preemptions, self.reslices)
 
     # ---- event handlers ----
 
@@ -498,6 +506,7 @@ class Simulator:
             for r in d.reconfigure:
                 self._replace_node(with_layout(self.nodes[r.node], r.gpu, r.kept, reconfiguring=True))
                 self.mig_stats["reconfigurations"] += 1
+                self.reslices.append(t)
                 self.emit(t, "mig_reconfigure", site=site, node=r.node, gpu=r.gpu, layout=[{"profile": p, "start": s} for p, s in r.layout])
                 self.push(t + self.fed.policies.mig.reconfigure_s, "mig_ready", r.node, r.gpu, r.layout)
             for name in d.cordon:
@@ -555,6 +564,7 @@ class Simulator:
             self.running[p.job_id] = replace(run, preempting=True, preempted_for=p.for_job)
             self.flagged["stopping"].add(p.job_id)
             self.jobs[p.job_id].preemptions += 1
+            self.preemptions.append((t, p.reason))
             self.emit(t, "preempt", job=p.job_id, reason=p.reason, for_job=p.for_job)
             self.push(t + grace, "stop", p.job_id, self.jobs[p.job_id].attempt, p.reason)
         for job_id, reason in d.reasons.items():

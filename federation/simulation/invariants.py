@@ -20,7 +20,7 @@ rules from the config (with tidal windows applied at each event's time).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from datetime import datetime, timedelta
 
 from federation.mig.catalog import CATALOG, Instance, layout_problems
@@ -29,7 +29,32 @@ from policies.tidal import effective_queues
 
 
 def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]] | None = None) -> dict:
-    queues_at = queues_at or (lambda t: fed.queues)
+    checker = Checker(fed, queues_at)
+    for e in events:
+        checker.feed(e)
+    return checker.result()
+
+
+class Checker:
+    """The same check, fed one event at a time as a run makes them (none need be kept)."""
+
+    def __init__(self, fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]] | None = None):
+        self._co = _checking(fed, queues_at or (lambda t: fed.queues))
+        next(self._co)
+
+    def feed(self, event: dict) -> None:
+        self._co.send(event)
+
+    def result(self) -> dict:
+        try:
+            self._co.send(None)
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("the checker did not finish")
+
+
+def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) -> Generator[None, dict | None, dict]:
+    """A coroutine: sent each event in turn, then None; returns the counts."""
     parent = {q.name: q.parent for q in fed.queues}
     grace = fed.policies.preemption.grace_s
 
@@ -100,7 +125,7 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
         out["guarantee_violations_s"] += max(0.0, t - spell.pop(j) - grace)
 
     last_t = 0.0
-    for e in events:
+    while (e := (yield)) is not None:
         t, kind = e["t"], e["type"]
         if t != last_t:
             guarantees(last_t)
@@ -150,6 +175,8 @@ def check(events: Iterable[dict], fed: Federation, queues_at: Callable[[float], 
                 usage[a] = usage[a] - need(job, len(placements))
             if kind == "requeue":
                 pending[job["queue"]].add(e["job"])
+            else:
+                del jobs[e["job"]]  # done for good: a long run keeps only the live jobs
     guarantees(last_t)
     for j in list(spell):
         end_spell(j, last_t)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -47,7 +46,7 @@ def build_report(res: SimResult, invariants: dict, wall_s: float) -> dict:
             "completed": sum(1 for r in res.jobs.values() if r.finish_s is not None),
             "preempted": sum(1 for r in res.jobs.values() if r.preemptions),
             # Reclaim, Priority, Consolidation (jobs moved to make room), QuotaShrink, WindowPrepare
-            "preemptions_by_reason": dict(Counter(e["reason"] for e in res.events if e["type"] == "preempt")),
+            "preemptions_by_reason": dict(Counter(reason for _, reason in res.preemptions)),
             "never_started": sum(1 for r in res.jobs.values() if r.first_start_s is None),
             "skipped_lines": res.skipped,
         },
@@ -87,12 +86,6 @@ def _reasons_at_end(res: SimResult) -> dict[str, int]:
             if r.last_reason:
                 out[r.last_reason] = out.get(r.last_reason, 0) + 1
     return dict(sorted(out.items()))
-
-
-def write_events(events: list[dict], path: Path) -> None:
-    with path.open("w", encoding="utf-8") as fh:
-        for e in events:
-            fh.write(json.dumps(e, separators=(",", ":")) + "\n")
 
 
 def _png(fig) -> str:
@@ -208,8 +201,7 @@ def write_html(report: dict, res: SimResult, path: Path, title: str) -> None:
             ax.axhline(monthly[""], color="black", linestyle=":", label="the federation's monthly budget")
         ax.legend(fontsize=7, loc="upper left")
         plots.append(_png(fig))
-    marks = [(e["t"], e.get("reason", "")) for e in res.events if e["type"] == "preempt"]
-    reslices = [e["t"] for e in res.events if e["type"] == "mig_reconfigure"]
+    marks, reslices = res.preemptions, res.reslices
     if marks or reslices:
         fig, ax = figure("Preemptions (by reason) and MIG re-slices", "count per hour")
         bins = [start + timedelta(hours=h) for h in range(int(res.end_s // 3600) + 2)]
