@@ -56,6 +56,7 @@ class ClusterState:
         self.nodes: dict[str, NodeState] = {}
         self.groups: dict[int, list[str]] = {}  # signature -> node names, sorted
         self.site_groups: dict[str, dict[int, None]] = {}  # site -> its signatures
+        self.site_free_milli: dict[str, int] = {}  # site -> free milli-GPU on its schedulable nodes (MIG instances aside), kept as nodes change
         self.fit_cache: dict[tuple, int] = {}  # (free state, task shape) -> tasks that fit; a pure function
         self._ids: dict[tuple, int] = {}  # interned signatures and free states (hashed once)
         for n in nodes:
@@ -93,6 +94,8 @@ class ClusterState:
         free = st.free_state()
         st.fit_key = self._intern(free)
         st.sig = self._intern((st.node.site, st.node.rack, st.fit_key))
+        site = st.node.site
+        self.site_free_milli[site] = self.site_free_milli.get(site, 0) + st.free_gpu_milli
         group = self.groups.get(st.sig)
         if group is None:
             self.groups[st.sig] = [st.node.name]
@@ -106,6 +109,7 @@ class ClusterState:
             i = bisect_left(group, st.node.name)
             if i < len(group) and group[i] == st.node.name:
                 del group[i]
+                self.site_free_milli[st.node.site] -= st.free_gpu_milli
             if not group:
                 del self.groups[st.sig]
                 del self.site_groups[st.node.site][st.sig]

@@ -111,8 +111,10 @@ def _on(h: Hold, site: str) -> bool:
 def free_gpu_milli(cluster: ClusterState, sites: frozenset[str] | None, mig: bool = True) -> int:
     """Free GPU capacity on schedulable nodes of `sites` (None: all): free space on GPUs used
     whole or shared, and (with `mig`) idle MIG instances."""
-    total = 0
-    for st in cluster.representatives(None if sites is None else set(sites)):
-        n = len(cluster.groups[st.sig])
-        total += n * (st.free_gpu_milli + (sum(profile_gpu_milli(p) or 0 for _, p, _ in st.mig_free) if mig else 0))
+    free = cluster.site_free_milli
+    total = sum(free.values()) if sites is None else sum(free.get(s, 0) for s in sites)
+    if mig:
+        for st in cluster.representatives(None if sites is None else set(sites)):
+            if st.mig_free:
+                total += len(cluster.groups[st.sig]) * sum(profile_gpu_milli(p) or 0 for _, p, _ in st.mig_free)
     return total

@@ -132,3 +132,37 @@ queues: [{name: q}]
     st.apply(job("pre", "q", gpus=8), [TaskPlacement("idc/row1-0", tuple(range(8)))])
     placed = place_gang(st, job("g", "q", tasks=2, gpus=8), "idc", make_strategy("bestfit"))
     assert {p.node for p in placed} == {"idc/row1-1", "idc/row1-2"}  # the smallest rack that holds it; r2 stays whole
+
+
+def test_a_kept_state_places_as_one_built_afresh_and_keeps_its_counts_exact():
+    """The simulator keeps one ClusterState through a run; the live controller builds one each
+    cycle. Jobs come and go at random on a kept state: after each step, the next placement, the
+    groups and the free GPUs counted per site are those of a state built afresh from what runs."""
+    import random
+
+    from federation.holds import free_gpu_milli
+
+    rng = random.Random(5)
+    ns = [Node(f"n{i:02d}", "idc" if i < 12 else "edge", "g", "A100-80GB", 8, 64_000, 512 * 1024, rack=f"r{i % 3}") for i in range(18)]
+    kept = ClusterState(ns)
+    running: dict[str, tuple] = {}
+    strategy = make_strategy("fragmentation-aware", ((Shape(1000, 1), 0.5), (Shape(500, 1), 0.3), (Shape(1000, 4), 0.2)))
+    for step in range(300):
+        if running and rng.random() < 0.45:
+            jid = rng.choice(sorted(running))
+            spec, placed = running.pop(jid)
+            kept.apply(spec, placed, -1)
+        else:
+            gpus = rng.choice([0.5, 1, 2, 4, 8])
+            spec = job(f"j{step}", "a", gpus=gpus, tasks=rng.choice([1, 1, 2]))
+            site = rng.choice(["idc", "edge"])
+            fresh = ClusterState(ns)
+            for s, p in running.values():
+                fresh.apply(s, p)
+            want = place_gang(fresh, spec, site, strategy)
+            placed = place_gang(kept, spec, site, strategy)
+            assert placed == want, step
+            if placed is not None:
+                running[spec.id] = (spec, placed)
+        scan = {s: sum(st.free_gpu_milli for st in kept.nodes.values() if st.node.site == s) for s in ("idc", "edge")}
+        assert {s: free_gpu_milli(kept, frozenset({s}), mig=False) for s in scan} == scan
