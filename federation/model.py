@@ -7,7 +7,6 @@ Amounts are integers in milli-units (GPU and CPU) and MiB (memory), so that quot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -229,7 +228,7 @@ class Node:
     reconfiguring: tuple[int, ...] = ()  # GPUs being re-sliced: only the busy instances they keep are usable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a million-job replay holds a million of them
 class JobSpec:
     """What a job asks for. `tasks` is the gang size; all tasks are alike."""
 
@@ -248,11 +247,16 @@ class JobSpec:
     max_runtime_s: float | None = None  # a run that lasts longer is stopped and the job fails
     max_retries: int = 0  # a run that fails at its site is run again, this many times at most
     not_before_s: float | None = None  # after a failed run, its retry waits until then (back-off)
+    _shape: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
-    @cached_property
+    @property
     def shape_key(self) -> tuple:
-        """What decides where a task fits, hashable (placement caches by it)."""
-        return (self.per_task.as_tuple(), self.gpu_models, self.mig_profile, self.tasks)
+        """What decides where a task fits, hashable (placement caches by it); computed once."""
+        k = self._shape
+        if k is None:
+            k = (self.per_task.as_tuple(), self.gpu_models, self.mig_profile, self.tasks)
+            object.__setattr__(self, "_shape", k)
+        return k
 
     def request(self, tasks: int | None = None) -> Resources:
         return self.per_task.times(self.tasks if tasks is None else tasks)

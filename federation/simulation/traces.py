@@ -23,7 +23,7 @@ from federation.jobs import problems as field_problems
 from federation.model import Federation, JobSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceJob:
     spec: JobSpec
     duration_s: float
