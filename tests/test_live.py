@@ -407,3 +407,12 @@ def test_the_controller_runs_as_ray_actors_that_restart_and_lose_nothing(ray_clu
         for a in actors:
             ray.kill(a, no_restart=True)
         ray.shutdown()
+
+
+def test_a_site_answers_while_its_ray_cluster_runs_and_not_at_a_dead_address(ray_site):
+    """How the controller learns that a silent site is back (its runs elsewhere wait for it)."""
+    from federation.runtime.localray import free_port
+    from federation.runtime.sites import RaySite
+
+    assert RaySite("idc", ray_site).answers()
+    assert not RaySite("gone", f"http://127.0.0.1:{free_port()}").answers()

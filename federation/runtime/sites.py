@@ -110,7 +110,7 @@ class RaySite:
     def answers(self) -> bool:
         """Whether the site's Jobs API answers now (the dashboard's /api/version)."""
         try:
-            return requests.get(f"{self.address}/api/version", headers=ray_headers(), timeout=10).status_code == 200
+            return requests.get(f"{self.address}/api/version", headers=ray_headers(), timeout=3).status_code == 200
         except (SiteUnavailable, requests.RequestException):
             return False
 
