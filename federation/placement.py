@@ -28,12 +28,20 @@ def _fit(cluster: ClusterState, job: JobSpec, st: NodeState) -> int:
 
 def _groups(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[str]) -> list[tuple[NodeState, int, int]]:
     """(representative, usable members, tasks one member fits) per free-state group of the site."""
-    out = []
-    for rep in cluster.representatives({site}):
-        k = _fit(cluster, job, rep)
+    out: list[tuple[NodeState, int, int]] = []
+    if job.mig_profile is None and job.per_task.gpu_milli > cluster.site_free_milli.get(site, 0):
+        return out  # not one task's GPUs free on the whole site: no group need be looked at
+    # the hottest loop of a full cycle: the groups walked and the fit cache read inline
+    groups, nodes, cache, shape = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key
+    for sig in cluster.site_groups.get(site, ()):
+        names = groups[sig]
+        rep = nodes[names[0]]
+        k = cache.get((rep.fit_key, shape))
+        if k is None:
+            k = _fit(cluster, job, rep)
         if k == 0:
             continue
-        usable = cluster.members(rep.sig, blocked)
+        usable = cluster.members(sig, blocked) if blocked else len(names)
         if usable:
             out.append((rep, usable, k))
     return out
@@ -56,6 +64,8 @@ def place_gang(
 
     On success the placements are applied to `cluster`; on failure `cluster` is unchanged.
     """
+    if job.mig_profile is None and job.per_task.gpu_milli * (job.min_tasks or job.tasks) > cluster.site_free_milli.get(site, 0):
+        return None  # more GPUs than the site has free, however they are spread
     groups = _groups(cluster, site, job, blocked)
     capacity = sum(k * n for _, n, k in groups)
     want = min(job.tasks, capacity)
