@@ -55,12 +55,19 @@ class QuotaTree:
         self.fixed: dict[str, Resources] = {q.name: Resources() for q in queues}  # of it, what non-preemptible jobs use
         self.past: dict[str, float] = {}  # queue -> its weighted past share of the GPUs (time-aware fair share)
         self.jobs: dict[str, int] = {q.name: 0 for q in queues}  # running jobs, each counted up its path
+        # usage changes per top-level queue: a fair-share key (a function of the usage in its
+        # top-level queue's subtree) computed at the same version still holds
+        self.versions: dict[str, int] = dict.fromkeys(self.tops, 0)
         self.reserve = {q.name: reserve_of(q) for q in queues}
         self.held: dict[str, Resources] = {}
         self.kids_held: dict[str, Resources] = {}  # sum of held over the children, per parent
         for t in self.tops:
             self._recompute_held(t)
         self.root_held = sum((self.held[t] for t in self.tops), Resources())
+
+    def top(self, name: str) -> str:
+        """The top-level queue above `name` (or `name` itself)."""
+        return self._paths[name][-1]
 
     def _path(self, name: str) -> tuple[str, ...]:
         out, cur = [], name
@@ -90,6 +97,7 @@ class QuotaTree:
 
     def add(self, leaf: str, r: Resources, sign: int = 1, preemptible: bool = True) -> None:
         """One job's usage `r` starts (sign 1) or ends (-1) in `leaf`."""
+        self.versions[self._paths[leaf][-1]] += 1
         delta = r.times(sign)
         for a in self._paths[leaf]:
             self.usage[a] = self.usage[a] + delta

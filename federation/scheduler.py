@@ -303,22 +303,25 @@ class _Cycle(Preempting):
             by_queue.setdefault(j.queue, []).append(j)
         for jobs in by_queue.values():
             jobs.sort(key=lambda j: (-j.priority, j.submit_s, j.id), reverse=True)  # pop() from the end
-        heap = [(self._key(jobs[-1]), q) for q, jobs in by_queue.items()]
+        versions = self.quota.versions
+        top = {q: self.quota.top(q) for q in by_queue}
+        heap = [(self._key(jobs[-1]), q, versions[top[q]]) for q, jobs in by_queue.items()]
         heapq.heapify(heap)
         while heap:
-            key, q = heapq.heappop(heap)
+            key, q, version = heapq.heappop(heap)
             jobs = by_queue[q]
             if not heap:  # the last queue with work: its own order is all that is left
                 while jobs:
                     yield jobs.pop()
                 return
-            fresh = self._key(jobs[-1])
-            if fresh > key and heap and fresh > heap[0][0]:
-                heapq.heappush(heap, (fresh, q))  # shares moved since it was queued
-                continue
+            if version != versions[top[q]]:  # shares in its subtree moved since it was queued: it may no longer be first
+                fresh = self._key(jobs[-1])
+                if fresh > key and fresh > heap[0][0]:
+                    heapq.heappush(heap, (fresh, q, versions[top[q]]))
+                    continue
             yield jobs.pop()
             if jobs:
-                heapq.heappush(heap, (self._key(jobs[-1]), q))
+                heapq.heappush(heap, (self._key(jobs[-1]), q, versions[top[q]]))
 
     def _key(self, j: JobSpec) -> tuple:
         r = self.requests_of.get(j.id)
