@@ -17,6 +17,7 @@ observe. It does no I/O, so the simulator's replay and production decide alike.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -104,6 +105,9 @@ class Decisions:
     teardown: list[str] = field(default_factory=list)  # sites whose whole cluster to take down (nothing there for scale_in_idle_s)
     evict: list[tuple[str, str, str]] = field(default_factory=list)  # (job, reason, why) to stop and queue again, whole: a stale gang (NodeLost), a lost site's (SiteLost)
     shrink: list[str] = field(default_factory=list)  # elastic gangs that lost tasks but not their minimum: they go on with the rest
+    # (job, the start of its run, why): runs past their max_runtime_s, to stop; the job fails. A
+    # run that ended, or a job that started again since, is not meant: the shells check the start
+    overrun: list[tuple[str, float, str]] = field(default_factory=list)
     blocked: list[tuple[str, str, str]] = field(default_factory=list)  # (site, group, why) newly blocked
     capacity_waiting: list[JobSpec] = field(default_factory=list)  # what the MIG managers may slice for
     prewarm_gpus: float = 0.0  # cloud GPUs the forecast wants up one lead time from now
@@ -137,6 +141,7 @@ class DecisionCycle:
         self.up_since: dict[str, float] = {}  # cloud node made for jobs -> when this cycle first saw it
         self.codes: dict[str, str] = {}  # waiting job -> its reason code (incremental cycles do not look at all)
         self.reclaimed: dict[str, tuple[int, float]] = {}  # queue -> (reclaims in a row, until when it may not borrow)
+        self.deadlines: list[tuple[float, str, float]] | None = None  # heap of (when, job, its run's start) for max_runtime_s; None: not seeded yet
         # placement weighs fragmentation by the mix of the jobs submitted so far (FGD's target workload)
         self.tally = MixTally()
         self.strategy = make_strategy(fed.policies.placement.strategy)
@@ -174,7 +179,8 @@ class DecisionCycle:
         lost = obs.lost if obs.lost is not None else tuple(r for r in obs.running if r.lost)
         lost_wake = self._lost(lost, obs.now, out) if self.stale_since or lost else None
         site_wake = self._site_lost(obs, out) if obs.unreachable else None
-        shell_wakes = [w for w in (head_wake, lost_wake, site_wake) if w is not None]
+        run_wake = self._overrun(obs, out)
+        shell_wakes = [w for w in (head_wake, lost_wake, site_wake, run_wake) if w is not None]
         if not (obs.pending or cloud or obs.in_flight or over or reshaped or upcoming or out.prewarm_gpus):
             out.wake_at = min(shell_wakes, default=None)
             return out  # nothing else could change
@@ -206,6 +212,10 @@ class DecisionCycle:
         if self.bursting:
             wakes += self._burst(obs, plan, state, cloud, in_flight, claims, out)
         wakes += shell_wakes
+        for a in plan.admissions:
+            if (limit := obs.pending[a.job_id].max_runtime_s) is not None:
+                heapq.heappush(self.deadlines, (now + limit, a.job_id, now))
+                wakes.append(now + limit)
         if out.teardown and out.scale_up:  # wanted again this very cycle: it stays
             wanted = {u.site for u in out.scale_up}
             self.empty_since.update({s: now for s in out.teardown if s in wanted})
@@ -242,6 +252,19 @@ class DecisionCycle:
                 stale[r.spec.id] = since
         self.stale_since = stale
         return min((since + grace for since in stale.values()), default=None)
+
+    def _overrun(self, obs: Observation, out: Decisions) -> float | None:
+        """Runs that reach their max_runtime_s are stopped and their jobs fail (as Ray's own
+        job timeouts end them). Deadlines are kept in a heap from this cycle's admissions, seeded
+        once from what runs at its first step (after a restart): no scan of every running job
+        each cycle. Returns the next deadline."""
+        if self.deadlines is None:
+            self.deadlines = [(r.started_s + r.spec.max_runtime_s, r.spec.id, r.started_s) for r in obs.running if r.spec.max_runtime_s is not None]
+            heapq.heapify(self.deadlines)
+        while self.deadlines and self.deadlines[0][0] <= obs.now + 1e-6:
+            at, job, started = heapq.heappop(self.deadlines)
+            out.overrun.append((job, started, f"MaxRuntimeExceeded: stopped after max_runtime_s {at - started:g} s"))
+        return self.deadlines[0][0] if self.deadlines else None
 
     def _site_lost(self, obs: Observation, out: Decisions) -> float | None:
         """What runs at a site that has not answered for site_lost_timeout_s is queued again,

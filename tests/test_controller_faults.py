@@ -252,6 +252,21 @@ def test_a_run_past_its_max_runtime_is_stopped_and_the_job_fails_saying_why(env)
     assert row.status == "FAILED" and "MaxRuntimeExceeded" in row.message and site.jobs["capped-0"] == "STOPPED"
 
 
+def test_a_restarted_controller_still_stops_a_run_at_its_max_runtime(env, tmp_path):
+    """The deadlines the cycle keeps are seeded from what runs when it starts."""
+    c, site, clock = env
+    c.submit({"entrypoint": "python x.py", "submission_id": "capped", "metadata": {"queue": "research", "gpus_per_task": "4", "max_runtime_s": "30"}})
+    c.tick()
+    again = Controller(c.fed, c.store, {"idc": site}, clock=lambda: clock[0])  # a restart, with the run still going
+    clock[0] += 10
+    again.tick()
+    assert again.store.get("capped").status == "RUNNING"
+    clock[0] += 20
+    again.tick()
+    row = again.store.get("capped")
+    assert row.status == "FAILED" and "max_runtime_s 30 s" in row.message and site.jobs["capped-0"] == "STOPPED"
+
+
 def test_fedctl_queue_pause_drain_and_resume_through_the_api(tmp_path):
     """As an operator runs it: `fedctl queue` against the served controller. A paused queue's
     new job waits (QueuePaused) while its running job goes on; drained, the running job is

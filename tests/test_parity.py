@@ -189,6 +189,20 @@ policies:
     {"id": "b2", "submit_s": 2, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 150},
     {"id": "c1", "submit_s": 1100, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 200},
 ], (("idc2", 100, 120), ("idc2", 1000, 600)))
+# Runs capped by max_runtime_s: the long one is stopped at 300 s (it fails) and what waited for
+# its GPUs starts then; a capped run that ends first is not stopped; a capped job started again
+# after a preemption gets a new deadline from its new start.
+SCENARIOS["runtime"] = (idc("count: 1") + """queues:
+  - {name: research, deserved: {gpu: 8}}
+policies:
+  preemption: {grace_s: 20}
+""", [
+    {"id": "long", "submit_s": 0, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 5000, "max_runtime_s": 300},
+    {"id": "short", "submit_s": 0, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 100, "max_runtime_s": 250},
+    {"id": "next", "submit_s": 5, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 600, "max_runtime_s": 400},
+    {"id": "urgent", "submit_s": 200, "queue": "research", "tasks": 1, "gpus_per_task": 8, "duration_s": 50, "priority": "online"},
+    {"id": "after", "submit_s": 310, "queue": "research", "tasks": 1, "gpus_per_task": 4, "duration_s": 100},
+])
 FAIL_AFTER_S = 30  # the simulator's: a failed request reports back after this long
 
 PRIORITIES = """
@@ -324,7 +338,7 @@ def simulated(config: str, jobs: list[dict], tmp_path, outages=()) -> list[tuple
         elif e["type"] in ("preempt", "requeue"):
             out.append((e["t"], e["type"], e["job"], e["reason"] if e["type"] == "preempt" else None))
         elif e["type"] == "finish":
-            out.append((e["t"], "finish", e["job"]))
+            out.append((e["t"], "finish", e["job"], e.get("failed")))
         elif e["type"] == "scale_up":
             out.append((e["t"], "scale_up", e["site"], e["node_group"], e["count"], tuple(e["jobs"])))
         elif e["type"] == "node_down":
@@ -376,12 +390,14 @@ def live(config: str, jobs: list[dict], tmp_path, controller=Controller, horizon
             if row.stop_at_s is not None and was_stop is None:
                 out.append((float(t), "preempt", row.id, re.match(r"preempted \((\w+)\)", row.message).group(1)))
             if row.status == "SUCCEEDED":
-                out.append((float(t), "finish", row.id))
+                out.append((float(t), "finish", row.id, None))
+            elif row.status == "FAILED":
+                out.append((float(t), "finish", row.id, row.message.split(":")[0]))
         for r in ctl.ledger.requests():
             if r.id not in asked:
                 asked.add(r.id)
                 out.append((float(t), "scale_up", r.site, r.group, r.count, tuple(r.jobs or ())))
-        if all(r.status == "SUCCEEDED" for r in ctl.store.jobs()) and len(seen) == len(jobs) and not ctl.cloud_nodes:
+        if all(r.status in ("SUCCEEDED", "FAILED") for r in ctl.store.jobs()) and len(seen) == len(jobs) and not ctl.cloud_nodes:
             break
     out += [(when - t0, "node_down", name) for c in clouds.values() for when, name in c.releases]
     return sorted(out, key=lambda e: (e[0], e[1], e[2])) + [showback(ctl.status()["showback"]["queues"])]
@@ -414,9 +430,12 @@ def test_the_scenarios_exercise_what_they_are_named_for(tmp_path):
     assert [e[2] for e in spot if e[1] == "requeue"] == ["b"] and sum(1 for e in spot if e[1] == "scale_up") == 2
     cfg, jobs, outages = SCENARIOS["outage"]
     out = simulated(cfg + PRIORITIES, jobs, tmp_path, outages)
-    assert (220, "finish", "b2") in out  # ended at 152 while idc2 was silent: learnt when it answered
+    assert (220, "finish", "b2", None) in out  # ended at 152 while idc2 was silent: learnt when it answered
     assert [e[:3] for e in out if e[1] == "requeue"] == [(1300.0, "requeue", "b1")]  # 300 s into the second outage
     assert {e[2]: e[0] for e in out if e[1] == "admit" and e[0] > 2} == {"b1": 1600, "c1": 1600}  # nothing went to idc2 while it was silent
+    runs = simulated(SCENARIOS["runtime"][0] + PRIORITIES, SCENARIOS["runtime"][1], tmp_path)
+    assert {e[2]: (e[0], e[3]) for e in runs if e[1] == "finish"} == {  # deadlines from each run's own start
+        "short": (100, None), "urgent": (270, None), "long": (570, "MaxRuntimeExceeded"), "next": (670, "MaxRuntimeExceeded"), "after": (670, None)}
     mig = simulated(SCENARIOS["mig"][0] + PRIORITIES, SCENARIOS["mig"][1], tmp_path)
     assert {json.loads(p)["mig"]["profile"] for e in mig if e[1] == "admit" for p in e[4] if "mig" in json.loads(p)} == {"1g.10gb", "3g.40gb"}
 

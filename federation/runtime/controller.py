@@ -207,6 +207,7 @@ class Controller(SiteJobs):
         for site, group, why in d.blocked:
             log.warning(f"not asking {group} for {self.fed.policies.burst.provisioning_timeout_s:g}+ s: {why}", extra={"site": site})
         self._lost(d, present)
+        overran = self._overrun(d)
         for rid, why in d.cancel:
             f = self.in_flight[rid]
             self._cancel(rid)
@@ -237,7 +238,7 @@ class Controller(SiteJobs):
             m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], d.capacity_waiting,
                    d.mig_forecast.get(site) if d.mig_forecast is not None else None)
         self.cycle_seconds.observe(time.perf_counter() - began)
-        if d.evict:  # the evicted gangs are waiting again: decide on them (and what they freed) at once, as the simulator does
+        if d.evict or overran:  # evicted gangs wait again, stopped ones freed their nodes: decide at once, as the simulator does
             self.tick()
 
     def _submitted(self, arrived, rows: list[JobRow], now: float) -> tuple[JobSpec, ...]:

@@ -43,6 +43,24 @@ class SiteJobs:
             self.store.update(job_id, placements=kept, message=f"running on {len(kept)} of its tasks: the others' node went away")
             log.warning(f"goes on with {len(kept)} task(s); the others' node went away", extra={"site": row.site, "job": job_id})
 
+    def _overrun(self, d: Decisions) -> bool:
+        """Runs the cycle found past their max_runtime_s are stopped and their jobs fail (a run
+        that ended, or a job started again since, is not meant). True if any was."""
+        now, any_ = self.clock(), False
+        for job_id, started, why in d.overrun:
+            row = self.store.get(job_id)
+            if row is None or row.status not in ("ADMITTED", "RUNNING") or row.started_s != started:
+                continue
+            if row.dispatch_id and row.site in self.sites:
+                try:
+                    self.sites[row.site].stop(row.dispatch_id)
+                except SiteUnavailable:  # stopped when the site answers again
+                    self.store.add_orphan(row.site, row.dispatch_id, now)
+            self.site_status.pop(row.id, None)
+            self.store.update(row.id, status="FAILED", ended_s=now, message=why)
+            any_ = True
+        return any_
+
     def _requeue(self, row: JobRow, reason: str | None, why: str) -> None:
         """Queue a job again, whole, under a new attempt (and so a new dispatch id at its next site)."""
         self.site_status.pop(row.id, None)
@@ -157,15 +175,5 @@ class SiteJobs:
                 except SiteUnavailable:
                     continue
                 self._requeue(row, None, "after preemption")
-                continue
-            spec = self.specs.get(row.id)  # the cycle builds them; a job dispatched before a restart has none yet
-            limit = spec.max_runtime_s if spec is not None else row.request.get("max_runtime_s")
-            if limit is not None and row.started_s is not None and now - row.started_s >= limit:
-                try:
-                    site.stop(row.dispatch_id)
-                except SiteUnavailable:
-                    continue
-                self.site_status.pop(row.id, None)
-                self.store.update(row.id, status="FAILED", ended_s=now, message=f"MaxRuntimeExceeded: stopped after max_runtime_s {limit:g} s")
                 continue
             self.site_status[row.id] = status

@@ -42,7 +42,7 @@ from providers.errors import CAPACITY
 
 FAIL_AFTER_S = 30.0  # a failed provisioning request reports back after this long
 # what a site reports of a run: while the site does not answer, the federation learns none of it
-SITE_REPORTS = frozenset({"finish", "max_runtime", "run_failed", "stop"})
+SITE_REPORTS = frozenset({"finish", "run_failed", "stop"})
 
 
 @dataclass(frozen=True)
@@ -260,10 +260,6 @@ class Simulator:
         self.finished += 1
         self.last_progress_s = t
         self.emit(t, "finish", job=job_id, **({"failed": failed} if failed else {}))
-
-    def _on_max_runtime(self, t: float, job_id: str, attempt: int) -> None:
-        """The run reached its max_runtime_s: it is stopped, and the job ends failed (as live)."""
-        self._on_finish(t, job_id, attempt, failed="MaxRuntimeExceeded")
 
     def _on_run_failed(self, t: float, job_id: str, attempt: int) -> None:
         """The run failed (as a site reports FAILED live): queued again after the back-off of
@@ -489,8 +485,6 @@ class Simulator:
         self.push(t + rec.remaining_s * scale, "finish", a.job_id, rec.attempt)
         if rec.fails_left:
             self.push(t + rec.fail_after_s, "run_failed", a.job_id, rec.attempt)
-        if spec.max_runtime_s is not None and spec.max_runtime_s < rec.remaining_s * scale:
-            self.push(t + spec.max_runtime_s, "max_runtime", a.job_id, rec.attempt)
 
     # ---- MIG ----
 
@@ -580,10 +574,13 @@ class Simulator:
             self.emit(t, "cluster_down", site=site)
         for job_id, reason, _why in d.evict:  # the live controller says why in the job's message; here the events say what went
             self._requeue(t, job_id, reason)
+        overran = [job for job, started, _ in d.overrun if job in self.running and self.running[job].started_s == started]
+        for job_id in overran:  # stopped at its max_runtime_s: it fails
+            self._on_finish(t, job_id, self.jobs[job_id].attempt, failed="MaxRuntimeExceeded")
         for job_id in d.shrink:  # an elastic gang goes on with the tasks it has
             self.running[job_id] = replace(self.running[job_id], lost=0)
             self.flagged["lost"].discard(job_id)
-        if d.release or d.cancel or d.evict:
+        if d.release or d.cancel or d.evict or overran:
             self.push(t, "timer", "decide")  # capacity (or what waits) changed: decide again at once, as the next live tick would
         if d.wake_at is not None and d.wake_at != self.decide_at:
             self.decide_at = d.wake_at
