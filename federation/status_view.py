@@ -68,7 +68,8 @@ def sites_table(doc: dict):
     for col in ("site", "kind", "connected", "nodes", "GPUs", "allocated GPU"):
         table.add_column(col)
     for s in doc["sites"]:
-        table.add_row(s["name"], s["kind"], "yes" if s["connected"] else "no", str(nodes[s["name"]]), f"{gpus[s['name']]:g}", f"{used[s['name']]:g}")
+        connected = "no" if not s["connected"] else f"[red]silent {s['silent_s']:g} s[/red]" if s.get("silent_s") is not None else "yes"
+        table.add_row(s["name"], s["kind"], connected, str(nodes[s["name"]]), f"{gpus[s['name']]:g}", f"{used[s['name']]:g}")
     return table
 
 

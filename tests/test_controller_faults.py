@@ -102,6 +102,14 @@ def test_a_site_silent_past_the_lost_timeout_has_its_jobs_queued_again_and_their
     clock[0] += 899
     c.tick()
     assert c.store.get("a").status == "RUNNING"  # 899 s of the 900 the policy waits by default
+    assert c.status()["sites"] == [{"name": "idc", "kind": "idc", "connected": True, "silent_s": 899.0}]
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from federation.runtime.metrics import FederationCollector
+
+    reg = CollectorRegistry()
+    reg.register(FederationCollector(c))
+    assert 'federation_site_silent_seconds{site="idc"} 899.0' in generate_latest(reg).decode()
     clock[0] += 1
     c.tick()
     row = c.store.get("a")
@@ -112,7 +120,7 @@ def test_a_site_silent_past_the_lost_timeout_has_its_jobs_queued_again_and_their
     c.tick()
     # the run the site kept through the outage is stopped: the job never runs twice
     assert site.jobs == {"a-0": "STOPPED", "a-1": "RUNNING"} and c.store.get("a").status == "RUNNING"
-    assert c.store.orphans() == []
+    assert c.store.orphans() == [] and c.status()["sites"][0]["silent_s"] is None
 
 
 def test_the_jobs_of_a_lost_site_run_at_another_and_nothing_is_sent_to_it_while_it_is_silent(tmp_path):

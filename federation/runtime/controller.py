@@ -479,7 +479,10 @@ class Controller(SiteJobs):
         return {
             "federation": self.fed.name,
             "health": self.health.to_dict(self.clock()),
-            "sites": [{"name": s.name, "kind": s.kind, "connected": s.name in self.sites} for s in self.fed.sites],
+            # silent_s: how long the site has not answered (None: it answers); past site_lost_timeout_s its jobs are queued again
+            "sites": [{"name": s.name, "kind": s.kind, "connected": s.name in self.sites,
+                       "silent_s": round(self.clock() - self.unreachable_since[s.name], 1) if s.name in self.unreachable_since else None}
+                      for s in self.fed.sites],
             "nodes": [{"name": n.name, "site": n.site, "gpus": n.gpus, "gpu_model": n.gpu_model} for n in self.nodes],
             "queues": [{"name": q.name, "parent": q.parent, "stopped": stopped.get(q.name), "guarantee": q.guarantee.to_dict(), "deserved": q.deserved.to_dict(),
                         "capability": q.capability.to_dict(), "usage_gpu": usage.get(q.name, 0.0), "borrowed_gpu": max(0.0, usage.get(q.name, 0.0) - q.deserved.gpu)}

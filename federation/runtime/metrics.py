@@ -88,10 +88,13 @@ class FederationCollector:
                 gpus[n.site] += n.gpus
         for r in doc["running"]:
             used[r["site"]] += r.get("gpus", 0.0)
+        silent = _gauge("federation_site_silent_seconds", "How long each site has not answered the federation (0: it answers)", ["site"])
+        silent_s = {s["name"]: s.get("silent_s") or 0.0 for s in doc["sites"]}
         for s in fed.sites:
             site_gpus.add_metric([s.name], gpus[s.name])
             site_used.add_metric([s.name], used[s.name])
-        yield from (site_gpus, site_used)
+            silent.add_metric([s.name], silent_s.get(s.name, 0.0))
+        yield from (site_gpus, site_used, silent)
 
         admissions = CounterMetricFamily("federation_admissions", "Gangs admitted since the controller started", labels=["site"])
         for s in fed.sites:
