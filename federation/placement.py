@@ -91,18 +91,29 @@ def _greedy(cluster: ClusterState, job: JobSpec, want: int, strategy: Strategy, 
     while len(placed) < want:
         remaining = want - len(placed)
         best = None
-        first: dict[int, str] = {}  # alike free states in other racks score alike: score the first node by name
-        for rep in cluster.representatives({site}):
+        # alike free states in other racks score alike: score the first node by name, once
+        first: dict[int, tuple[str, int]] = {}  # free state -> (its first usable node by name, tasks it takes)
+        groups, nodes, cache, shape = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key
+        skip = (blocked | used) if one_each else blocked
+        for sig in cluster.site_groups.get(site, ()):
+            names = groups[sig]
+            rep = nodes[names[0]]
             if rack is not None and rep.node.rack != rack:
                 continue
-            name = next((n for n in cluster.groups[rep.sig] if n not in blocked and not (one_each and n in used)), None)
-            if name is not None and (rep.fit_key not in first or name < first[rep.fit_key]):
-                first[rep.fit_key] = name
-        for name in first.values():
-            member = cluster.nodes[name]
-            k = min(_fit(cluster, job, member), 1 if one_each else remaining)
+            have = first.get(rep.fit_key)
+            if have is not None and names[0] >= have[0]:
+                continue  # sorted by name: nothing in this group comes first
+            k = cache.get((rep.fit_key, shape))
+            if k is None:
+                k = _fit(cluster, job, rep)
             if k == 0:
                 continue
+            name = next((n for n in names if n not in skip), None) if skip else names[0]
+            if name is not None and (have is None or name < have[0]):
+                first[rep.fit_key] = (name, k)
+        for name, k in first.values():
+            member = nodes[name]
+            k = min(k, 1 if one_each else remaining)
             key = (-k, strategy.score(member, job, k), name)
             if best is None or key < best[0]:
                 best = (key, member, k)
