@@ -108,9 +108,16 @@ def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) 
             if sign > 0 and (n not in nodes or cpu_used[n] > nodes[n]["cpu_milli"] or mem_used[n] > nodes[n]["memory_mib"]):
                 over.add(n)
 
+    moved = [True, None]  # whether pending jobs or usage changed since the last look; the guarantees then
+
     def guarantees(t: float) -> None:
-        """Start or end each pending job's spell of fitting inside its queues' unused guarantee."""
+        """Start or end each pending job's spell of fitting inside its queues' unused guarantee
+        (looked at again only when what waits, what is used or a guarantee changed)."""
         qs = {q.name: q for q in queues_at(t)}
+        now = {name: q.guarantee for name, q in qs.items()}
+        if not moved[0] and now == moved[1]:
+            return
+        moved[0], moved[1] = False, now
         for leaf, ids in pending.items():
             frees = [(qs[a].guarantee - usage[a]).clip0() for a in path(leaf)]
             for j in ids:
@@ -130,6 +137,8 @@ def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) 
         if t != last_t:
             guarantees(last_t)
             last_t = t
+        if kind in ("submit", "admit", "finish", "requeue"):
+            moved[0] = True
         if kind == "node_up":
             nodes[e["node"]] = {"site": e["site"], "gpus": e["gpus"], "gpu_model": e.get("gpu_model"), "cpu_milli": e.get("cpu_milli", 1 << 60), "memory_mib": e.get("memory_mib", 1 << 60)}
         elif kind == "node_down":
