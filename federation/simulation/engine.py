@@ -23,13 +23,14 @@ from federation.cluster import ClusterState
 from federation.cycle import DecisionCycle, Observation, ProvisionFailure
 from federation.errors import FederationError
 from federation.holds import free_gpu_milli
-from federation.inventory import config_nodes, group_node
+from federation.inventory import config_nodes
 from federation.mig.manager import MigManager, with_layout
 from federation.model import UNLIMITED, Federation, JobSpec, Node, RunningJob
 from federation.quota import QuotaTree, reserve_of
 from federation.retries import retry_after
 from federation.scheduler import CycleState, node_capacity
 from federation.showback import Ledger, held_milli
+from federation.simulation.cloud import SimCloud
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
 from policies.placement import make_strategy
@@ -38,9 +39,7 @@ from policies.tidal import (
     effective_queues,
     next_transition,
 )
-from providers.errors import CAPACITY
 
-FAIL_AFTER_S = 30.0  # a failed provisioning request reports back after this long
 # what a site reports of a run: while the site does not answer, the federation learns none of it
 SITE_REPORTS = frozenset({"finish", "run_failed", "stop"})
 
@@ -122,7 +121,7 @@ class SimResult:
     reslices: list[float] = field(default_factory=list)  # when each MIG GPU was re-sliced
 
 
-class Simulator:
+class Simulator(SimCloud):
     def __init__(self, fed: Federation, trace: Trace, options: SimOptions | None = None):
         self.fed, self.trace = fed, trace
         self.opt = options or SimOptions()
@@ -294,54 +293,6 @@ class Simulator:
         self.pending[job_id] = rec.spec
         self.pending_since[job_id] = t
         self.arrived.add(job_id)
-
-    def _on_ready(self, t: float, req_id: str, index: int) -> None:
-        f = self.in_flight.get(req_id)
-        if f is None:
-            return  # timed out before it came up
-        g = self.fed.site(f.site).node_group(f.group)
-        name = f"{f.site}/{f.group}-r{req_id}-{index}"
-        node = group_node(f.site, g, name)
-        self._node_up(t, node, request=f)
-        self.state.cluster.add_node(node)
-        self.state.quota.capacity = node_capacity(self.nodes.values())
-        self._finish_request_part(req_id)
-        lifetime = getattr(self.fed.site(f.site).provider, "group_lifetimes_s", {}).get(g.name)
-        if lifetime is not None:
-            self.push(t + lifetime, "interrupt", name)
-        elif g.spot and g.spot_interruptions_per_hour > 0:
-            self.push(t + self.rng.expovariate(g.spot_interruptions_per_hour / 3600), "interrupt", name)
-
-    def _finish_request_part(self, req_id: str) -> None:
-        f = self.in_flight[req_id]
-        if f.count <= 1:
-            del self.in_flight[req_id]
-        else:
-            self.in_flight[req_id] = replace(f, count=f.count - 1)
-
-    def _on_failed(self, t: float, req_id: str, index: int) -> None:
-        """The cloud had no capacity for one of the request's nodes: as a live provider does, the
-        whole request fails and keeps nothing it made (a gang cannot use part of its nodes)."""
-        f = self.in_flight.get(req_id)
-        if f is None:
-            return
-        self.failed.append(ProvisionFailure(req_id, f.site, f.group, CAPACITY, "InsufficientCapacity"))
-        self.emit(t, "provision_failed", site=f.site, node_group=f.group, reason="InsufficientCapacity")
-        self._give_up(t, req_id)
-
-    def _give_up(self, t: float, req_id: str) -> None:
-        """A request is over undelivered: what it did bring up goes back (its jobs are requeued, as live)."""
-        self.in_flight.pop(req_id, None)
-        for name in [n for n, r in self.cloud.items() if r == req_id]:
-            self._lose(t, name)
-            self._node_down(t, name)
-
-    def _on_interrupt(self, t: float, node: str) -> None:
-        if node not in self.nodes:
-            return
-        self.emit(t, "spot_interruption", site=self.nodes[node].site, node=node)
-        self._lose(t, node)
-        self._node_down(t, node)
 
     def _on_site_down(self, t: float, site: str) -> None:
         if site not in self.unreachable:  # outages of one site that overlap are one
@@ -589,27 +540,6 @@ class Simulator:
             self.learn_at = d.learn_at
             self.push(d.learn_at, "timer", "decide")  # the forecast learns an hour, or gets ready for the next
         self.capacity_waiting, self.mig_forecast = d.capacity_waiting, d.mig_forecast
-
-    def _scale_up(self, t: float, up: burst_policy.ScaleUp) -> None:
-        g = self.fed.site(up.site).node_group(up.group)
-        site = self.fed.site(up.site)
-        failure_rate = site.provider.rate_for(up.group) if site.provider is not None and site.provider.kind == "simulated" else 0.0
-        req_id = str(next(self.req_ids))
-        self.in_flight[req_id] = burst_policy.InFlight(req_id, up.site, up.group, up.count, t, up.jobs)
-        self.cloud_stats["scale_ups"] += 1
-        self.emit(t, "scale_up", site=up.site, node_group=up.group, count=up.count, jobs=list(up.jobs))
-        head_s = 0.0
-        if site.cluster is not None:  # a cluster that is down comes up first: its workers join its head
-            if up.site not in self.heads:
-                self.heads[up.site] = t + site.cluster.head_boot_s
-                self.ledger.set_heads(t, {s: self.fed.site(s).head_price_usd_per_hour for s in self.heads})  # billed from its launch
-                self.emit(t, "cluster_up", site=up.site, ready_s=self.heads[up.site])
-            head_s = self.heads[up.site]
-        for i in range(up.count):  # a node slower than provisioning_timeout_s is given up on by the cycle
-            if self.rng.random() < failure_rate:
-                self.push(t + FAIL_AFTER_S, "failed", req_id, i)
-            else:
-                self.push(max(head_s, t + g.boot_s * self.rng.uniform(*self.opt.boot_jitter)), "ready", req_id, i)
 
     def _sample_until(self, t: float) -> None:
         while self.next_sample <= t:
