@@ -471,3 +471,18 @@ def test_consolidation_never_moves_a_job_into_a_place_another_mover_still_holds(
     report, _ = simulate(small, read_jsonl(trace, small), None, SimOptions(), html=False)
     assert report["jobs"]["completed"] == len(CONSOLIDATION_OVERLAP)
     assert report["invariants"]["overcommitted_nodes"] == 0
+
+
+def test_the_kept_view_is_the_same_tuple_until_any_change_and_then_the_new_values():
+    from federation.simulation.kept import Kept
+
+    k = Kept()
+    k["a"] = 1
+    first = k.view()
+    assert first == (1,) and k.view() is first
+    for change, want in [(lambda: k.__setitem__("b", 2), (1, 2)), (lambda: k.pop("a"), (2,)), (lambda: k.setdefault("c", 3), (2, 3)),
+                         (lambda: k.update(d=4), (2, 3, 4)), (lambda: k.__delitem__("d"), (2, 3)), (lambda: k.popitem(), (2,)),
+                         (lambda: k.clear(), ())]:
+        before = k.view()
+        change()
+        assert k.view() == want and (k.view() is not before or want == before)

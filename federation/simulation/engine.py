@@ -31,6 +31,7 @@ from federation.retries import retry_after
 from federation.scheduler import CycleState, node_capacity
 from federation.showback import Ledger, held_milli
 from federation.simulation.cloud import SimCloud
+from federation.simulation.kept import Kept
 from federation.simulation.traces import Trace
 from policies import burst as burst_policy
 from policies.placement import make_strategy
@@ -139,9 +140,9 @@ class Simulator(SimCloud):
                      for j in trace.jobs}
         self.pending: dict[str, JobSpec] = {}
         self.pending_since: dict[str, float] = {}
-        self.running: dict[str, RunningJob] = {}
+        self.running: Kept[str, RunningJob] = Kept()
         self.flagged: dict[str, set[str]] = {"lost": set(), "stopping": set()}  # running jobs that lost tasks, or stop within their grace
-        self.nodes: dict[str, Node] = {}
+        self.nodes: Kept[str, Node] = Kept()
         self.node_jobs: dict[str, set[str]] = {}
         self.cloud: dict[str, str] = {}  # cloud node -> the request that made it
         self.bought_for: dict[str, tuple[str, ...]] = {}  # cloud node -> the jobs its request was made for
@@ -489,7 +490,7 @@ class Simulator(SimCloud):
         costs, _ = self.ledger.cloud_costs(t)  # spend up to now, as the live meter has it
         if (local.year, local.month) != self.month:
             self.month, self.month_base_usd, self.month_base_queue = (local.year, local.month), self.ledger.total_cost, costs
-        obs = Observation(t, local, tuple(self.nodes.values()), tuple(self.nodes[n] for n in self.cloud), tuple(self.running.values()), self.pending, self.arrived,
+        obs = Observation(t, local, self.nodes.view(), tuple(self.nodes[n] for n in self.cloud), self.running.view(), self.pending, self.arrived,
                           tuple(self.submitted), tuple(self.in_flight.values()), tuple(self.failed),
                           self.ledger.total_cost - self.month_base_usd, self.bought_for,
                           queue_month_spend_usd={q: usd - self.month_base_queue.get(q, 0.0) for q, usd in costs.items()},
