@@ -1,0 +1,118 @@
+"""Conformance cases: Kueue's preemption table (pkg/scheduler/preemption/preemption_test.go) and its fair sharing, re-created as our own (see tests/conformance.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conformance import (
+    Q2,
+    SOON,
+    Case,
+    J,
+    both,
+    expect_preempted,
+    expect_starts,
+    ids,
+    restarts,
+    run,
+)
+
+CASES = [
+    # ---- Kueue's preemption table (pkg/scheduler/preemption/preemption_test.go), in GPUs: two queues of 6 in one cohort ----
+    Case("reclaim quota from borrower", "Kueue preemption_test.go", "  - {name: c1, deserved: {gpu: 6}}\n  - {name: c2, deserved: {gpu: 6}}",
+         [J("c1-low", "c1", gpus=3), J("c2-mid", "c2", gpus=3, kind="interactive"), J("c2-high", "c2", gpus=6, kind="build"), J("in", "c1", at=100, gpus=3)],
+         nodes=[(2, 6)], expect=expect_preempted("c2-mid", reason="Reclaim", then=expect_starts(**{"in": SOON}))),
+    Case("no workloads borrowing", "Kueue preemption_test.go", "  - {name: c1, deserved: {gpu: 6}}\n  - {name: c2, deserved: {gpu: 6}}",
+         [J("c1-high", "c1", gpus=4, kind="interactive"), J("c2-low-1", "c2", gpus=4), J("in", "c1", at=100, gpus=4, kind="interactive")],
+         nodes=[(2, 4)], expect=both(expect_preempted(), expect_starts(**{"in": 10_000})),
+         differs="nothing borrows, so reclaim has no victim; the incoming job waits for c1's own job (it is not of a higher class than it)"),
+    Case("not enough workloads borrowing", "Kueue preemption_test.go", "  - {name: c1, deserved: {gpu: 6}}\n  - {name: c2, deserved: {gpu: 6}}",
+         [J("c1-high", "c1", gpus=4, kind="interactive"), J("c2-low-1", "c2", gpus=4), J("c2-low-2", "c2", gpus=4), J("in", "c1", at=100, gpus=4, kind="interactive")],
+         nodes=[(3, 4)], expect=both(expect_preempted(), expect_starts(**{"in": 10_000})),
+         differs="c1 would go to 8 of its 6: it is not entitled to reclaim, so it waits"),
+    Case("preempting locally and borrowing same resource in cohort", "Kueue preemption_test.go", "  - {name: c1, deserved: {gpu: 6}}\n  - {name: c2, deserved: {gpu: 6}}",
+         [J("c1-med", "c1", gpus=4, kind="interactive"), J("c1-low", "c1", gpus=4), J("c2-low-1", "c2", gpus=4), J("in", "c1", at=100, gpus=4, kind="urgent")],
+         nodes=[(3, 4)], expect=expect_preempted("c1-low", reason="Priority", then=expect_starts(**{"in": SOON}))),
+    Case("do not reclaim borrowed quota from the same priority when the lender is above its share", "Kueue preemption_test.go",
+         "  - {name: c1, deserved: {gpu: 6}}\n  - {name: c2, deserved: {gpu: 6}}",
+         [J("c1", "c1", gpus=2), J("c2-1", "c2", gpus=4), J("c2-2", "c2", gpus=4), J("in", "c1", at=100, gpus=2, tasks=3)],
+         nodes=[(3, 4)], expect=both(expect_preempted(), expect_starts(**{"in": 10_000})),
+         differs="c1 asks for 8 of its 6, so no reclaim; Kueue's case turns on its withinCohort policy, which we do not have"),
+    Case("preempting while borrowing: a higher priority takes another queue's borrowed lower priority", "Kueue preemption_test.go (borrowWithinCohort)",
+         "  - {name: c1, deserved: {gpu: 4}}\n  - {name: c2, deserved: {gpu: 4}}",
+         [J("c1-own", "c1", gpus=4, kind="build"), J("c2-a", "c2", gpus=4, kind="interactive"), J("c2-low", "c2", gpus=4), J("in", "c1", at=100, gpus=4, kind="urgent")],
+         nodes=[(3, 4)], policies="preemption: {grace_s: 10, borrow_within_cohort_max_priority: 75}",
+         expect=expect_preempted("c2-low", reason="ReclaimWhileBorrowing", then=expect_starts(**{"in": SOON}))),
+    Case("preempting while borrowing spares work above the priority threshold", "Kueue preemption_test.go (borrowWithinCohort maxPriorityThreshold)",
+         "  - {name: c1, deserved: {gpu: 4}}\n  - {name: c2, deserved: {gpu: 4}}",
+         [J("c1-own", "c1", gpus=4, kind="build"), J("c2-a", "c2", gpus=4, kind="interactive"), J("c2-b", "c2", gpus=4, kind="interactive"), J("in", "c1", at=100, gpus=4, kind="urgent")],
+         nodes=[(3, 4)], policies="preemption: {grace_s: 10, borrow_within_cohort_max_priority: 50}",
+         expect=both(expect_preempted(), expect_starts(**{"in": 10_000}))),
+    Case("preempting while borrowing never puts the other queue below its deserved share", "Kueue preemption_test.go (borrowWithinCohort)",
+         "  - {name: c1, deserved: {gpu: 4}}\n  - {name: c2, deserved: {gpu: 4}}",
+         [J("c1-own", "c1", gpus=4, kind="build"), J("c2-a", "c2", gpus=2, kind="interactive"), J("c2-big", "c2", gpus=4), J("in", "c1", at=100, gpus=4, kind="urgent")],
+         nodes=[(3, 4)], policies="preemption: {grace_s: 10, borrow_within_cohort_max_priority: 50}",
+         expect=both(expect_preempted(), expect_starts(**{"in": 10_000})),
+         differs="Kueue takes c2-big, as c2 borrows before; it would leave c2 at 2 of its 4, entitled to reclaim from c1 "
+                 "(now borrowing) at once: capacity would thrash between them, so nothing is taken"),
+    Case("without borrowWithinCohort a job that borrows does not preempt other queues", "Kueue preemption_test.go",
+         "  - {name: c1, deserved: {gpu: 4}}\n  - {name: c2, deserved: {gpu: 4}}",
+         [J("c1-own", "c1", gpus=4, kind="build"), J("c2-a", "c2", gpus=4, kind="interactive"), J("c2-low", "c2", gpus=4), J("in", "c1", at=100, gpus=4, kind="urgent")],
+         nodes=[(3, 4)], expect=both(expect_preempted(), expect_starts(**{"in": 10_000}))),
+    Case("reclaim where the free GPUs are another queue's idle guarantee", "ours (found by benchmarks/tidal_week.py)",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, guarantee: {gpu: 2}, deserved: {gpu: 2}}\n  - {name: q2, deserved: {gpu: 2}}",
+         [J(f"q2-{i}", "q2", gpus=2) for i in range(3)] + [J("in", "q0", at=100, gpus=2)], nodes=[(2, 4)],
+         expect=lambda r: (len(r.preempted()) == 1 and set(r.preempted().values()) == {"Reclaim"} and r.start("in") <= SOON)
+         or pytest.fail(f"{r.preempted()} {r.starts()}")),
+    Case("a queue reclaimed from may not borrow again until its back-off ends", "Kueue KEP-14468 (reclaim backoff)",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J(f"q1-{i}", "q1", gpus=1) for i in range(8)] + [J("short", "q0", at=100, gpus=1, dur=50), J("long", "q0", at=100, gpus=1)],
+         nodes=[(8, 1)], policies="preemption: {grace_s: 10, reclaim_backoff_s: 600}",
+         expect=lambda r: (len(r.preempted()) == 2 and restarts(r, *r.preempted()) == [700.0, 10_000.0]) or pytest.fail(f"{r.preempted()} {r.events}")),
+    Case("a queue reclaimed from again after its back-off waits twice as long", "Kueue KEP-14468 (reclaim backoff)",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J(f"q1-{i}", "q1", gpus=1) for i in range(8)] + [J("short", "q0", at=100, gpus=1, dur=50), J("long", "q0", at=100, gpus=1),
+                                                           J("again", "q0", at=800, gpus=1, dur=50)],
+         nodes=[(8, 1)], policies="preemption: {grace_s: 10, reclaim_backoff_s: 600}",
+         expect=lambda r: (restarts(r, "q1-0") == [700.0] and r.preempted().get("q1-0") == "Reclaim"
+                           and [e["t"] for e in r.events if e["type"] == "start" and e["job"] == "q1-0"][-1] == 800 + 1200)
+         or pytest.fail(f"{[(e['t'], e['type'], e.get('job')) for e in r.events if e.get('job') in ('q1-0', 'again')]}")),
+    Case("without a reclaim back-off a reclaimed queue borrows again at once", "Kueue KEP-14468 (the spin it is for)",
+         "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J(f"q1-{i}", "q1", gpus=1) for i in range(8)] + [J("short", "q0", at=100, gpus=1, dur=50), J("long", "q0", at=100, gpus=1)],
+         nodes=[(8, 1)], expect=lambda r: (restarts(r, *r.preempted()) == [r.start("short") + 50, 10_000.0]) or pytest.fail(f"{r.preempted()}")),
+    Case("reclaim borrowed quota from the same priority", "Kueue preemption_test.go", "  - {name: c1, deserved: {gpu: 6}}\n  - {name: c2, deserved: {gpu: 6}}",
+         [J("c1-1", "c1", gpus=2), J("c2-1", "c2", gpus=2, tasks=2), J("c2-2", "c2", gpus=2, tasks=2), J("in", "c1", at=100, gpus=2)],
+         nodes=[(5, 2)], expect=lambda r: (len(r.preempted()) == 1 and set(r.preempted()) <= {"c2-1", "c2-2"} and r.start("in") <= SOON) or pytest.fail(str(r.preempted())),
+         differs="reclaim takes borrowed work of any priority (Kueue's ReclaimFromAny)"),
+    Case("preempt newer workloads with the same priority first", "Kueue preemption_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("old", "q0", gpus=2), J("new", "q0", at=50, gpus=2), J("high", "q0", at=100, gpus=2, kind="build")],
+         expect=expect_preempted("new", reason="Priority")),
+    Case("preempt lowest priority first", "Kueue preemption_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("low", "q0", gpus=2), J("mid", "q0", gpus=2, kind="interactive"), J("high", "q0", at=100, gpus=2, kind="build")],
+         expect=expect_preempted("low", reason="Priority")),
+    Case("preempt several low to fit one high", "Kueue preemption_test.go", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("l1", "q0", gpus=1), J("l2", "q0", gpus=1), J("l3", "q0", gpus=1), J("l4", "q0", gpus=1), J("high", "q0", at=100, gpus=3, kind="build")],
+         expect=lambda r: (len(r.preempted()) == 3 and r.start("high") <= SOON) or pytest.fail(str(r.preempted()))),
+    Case("do not preempt when the incoming job cannot fit even then", "Kueue preemption_test.go", "  - {name: q0, deserved: {gpu: 4}, capability: {gpu: 4}}",
+         [J("build", "q0", gpus=2, kind="build"), J("low", "q0", gpus=2), J("in", "q0", at=100, gpus=4, kind="interactive")],
+         expect=expect_preempted()),
+    Case("a preempted job runs again once capacity frees", "Kueue scheduler (requeue after eviction)", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("low", "q0", gpus=4, dur=500), J("high", "q0", at=100, gpus=4, dur=200, kind="build")],
+         expect=lambda r: (r.start("high") <= SOON and [e["t"] for e in r.events if e["type"] == "start" and e["job"] == "low"][-1] >= 300) or pytest.fail(str(r.starts()))),
+    # ---- fair sharing (Kueue fair sharing; KAI DRF across queues) ----
+    Case("surplus goes to the queue with the lower share of it", "Kueue fair sharing: lowest share first", Q2,
+         [J("q0-a", "q0", gpus=3), J("q1-a", "q1", gpus=2), J("q0-b", "q0", gpus=1, at=1), J("q1-b", "q1", gpus=1, at=1)],
+         nodes=[(1, 6)], expect=lambda r: (r.start("q1-b") == 1 and r.start("q0-b") >= 10_000) or pytest.fail(str(r.starts()))),
+    Case("weights split the surplus", "Kueue fair sharing: weights", "  - {name: q0, weight: 3}\n  - {name: q1, weight: 1}",
+         [J(f"q0-{i}", "q0", gpus=1) for i in range(4)] + [J(f"q1-{i}", "q1", gpus=1) for i in range(4)],
+         expect=lambda r: (sum(1 for j in r.running_at(0) if j.startswith("q0")) == 3) or pytest.fail(str(r.running_at(0)))),
+    Case("a queue within its share is admitted before borrowers", "Kueue fair sharing: nominal first", Q2,
+         [J("q1-a", "q1", gpus=2), J("q1-b", "q1", gpus=1, at=5), J("q0-a", "q0", gpus=2, at=5)], nodes=[(1, 4)],
+         expect=lambda r: (r.start("q0-a") == 5 and r.start("q1-b") >= 10_000 and not r.preempted()) or pytest.fail(str(r.starts()))),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_scenario(case: Case):
+    run(case)

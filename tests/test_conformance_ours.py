@@ -1,0 +1,101 @@
+"""Conformance cases: ours (tidal windows and guarantees, elastic gangs, capabilities users asked for) and Volcano's gang e2e cases, re-created as our own (see tests/conformance.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conformance import GRACE, Q2, SOON, Case, J, both, expect_preempted, expect_starts, ids, run
+
+CASES = [
+    # ---- tidal and guarantees (ours) ----
+    Case("a guarantee is held idle for its queue; others' jobs wait rather than take it", "ours (guarantee)",
+         "  - {name: online, guarantee: {gpu: 2}, deserved: {gpu: 2}, sites: [idc]}\n  - {name: batch, deserved: {gpu: 2}}",
+         [J("b1", "batch", gpus=2), J("b2", "batch", gpus=2, at=1)], expect=expect_starts(b1=0, b2=10_000)),
+    Case("a queue borrows up to its borrowing limit and no further", "Kueue: borrowingLimit",
+         "  - {name: q0, deserved: {gpu: 1}, borrowing_limit: {gpu: 1}}\n  - {name: q1, deserved: {gpu: 3}}",
+         [J("a", "q0", gpus=2), J("b", "q0", gpus=1, at=1)], expect=expect_starts(a=0, b=10_000)),
+    Case("a lending limit keeps part of an idle queue's share from others", "Kueue: lendingLimit",
+         "  - {name: q0, deserved: {gpu: 2}, lending_limit: {gpu: 1}}\n  - {name: q1, deserved: {gpu: 2}}",
+         [J("a", "q1", gpus=3), J("b", "q1", gpus=1, at=1)], expect=expect_starts(a=0, b=10_000)),
+    # ---- elastic gangs ----
+    Case("an elastic gang starts with its minimum when that is all there is", "Volcano minAvailable / KAI elastic", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("e", "q0", gpus=1, tasks=6, min_tasks=3)], expect=expect_starts(e=0)),
+    Case("Reclaim only over quota task from elastic Job", "KAI reclaim_test.go", Q2,
+         [J("q1-e", "q1", gpus=1, tasks=4, min_tasks=2), J("q0-a", "q0", at=100, gpus=2)],
+         expect=both(expect_preempted(), expect_starts(**{"q0-a": 100}),
+                     lambda r: (len(next(e for e in r.events if e["type"] == "admit" and e["job"] == "q1-e")["placements"]) == 2) or pytest.fail("grew")),
+         differs="an elastic gang grows past its minimum only within its queue's deserved share (it is preempted whole), so there is "
+                 "nothing over quota to reclaim: q1-e runs 2 tasks and q0-a starts at once. Before, it grew to 4 on borrowed GPUs, "
+                 "was reclaimed, came back at 4 and was reclaimed again, forever"),
+    Case("an elastic gang grows into its queue's free share", "Volcano minAvailable", "  - {name: q0, deserved: {gpu: 4}}\n  - {name: q1, deserved: {gpu: 4}}",
+         [J("e", "q0", gpus=1, tasks=6, min_tasks=2)], nodes=[(2, 4)],
+         expect=lambda r: (len(next(e for e in r.events if e["type"] == "admit")["placements"]) == 4) or pytest.fail("did not grow to its share")),
+    # ---- ours: capabilities users asked for (issue 19) ----
+    Case("reclaim waits until the borrower has run its minimum", "ours (reclaim_min_runtime_s; Kueue KEP-14468)", Q2,
+         [J("q1-a", "q1", gpus=4), J("q0-a", "q0", at=100, gpus=2)], policies="preemption: {grace_s: 10, reclaim_min_runtime_s: 600}",
+         expect=lambda r: (r.preempted() == {"q1-a": "Reclaim"} and 600 <= r.start("q0-a") <= 600 + GRACE + 5) or pytest.fail(str(r.starts()))),
+    Case("a queue runs at most max_running_jobs at once", "ours (max_running_jobs; Armada/YuniKorn max applications)",
+         "  - {name: q0, deserved: {gpu: 4}, max_running_jobs: 2}", [J(f"j{i}", "q0", dur=100) for i in range(4)],
+         expect=lambda r: (len(r.running_at(0)) == 2 and len(r.running_at(100)) == 2) or pytest.fail(str(r.starts()))),
+    Case("a parent's max_running_jobs bounds its children together", "ours (max_running_jobs)",
+         "  - {name: d0, max_running_jobs: 3}\n  - {name: q0, parent: d0, deserved: {gpu: 2}}\n  - {name: q1, parent: d0, deserved: {gpu: 2}}",
+         [J(f"q0-{i}", "q0", dur=100) for i in range(2)] + [J(f"q1-{i}", "q1", dur=100) for i in range(2)],
+         expect=lambda r: (len(r.running_at(0)) == 3) or pytest.fail(str(r.running_at(0)))),
+    Case("a run past its max_runtime_s is stopped and frees its GPUs", "ours (max_runtime_s; Kueue maximumExecutionTimeSeconds)", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("long", "q0", gpus=4, dur=10_000, max_runtime=300), J("next", "q0", at=1, gpus=4, dur=10)],
+         expect=lambda r: (r.start("next") == 300 and any(e["type"] == "finish" and e.get("failed") == "MaxRuntimeExceeded" for e in r.events))
+         or pytest.fail(str(r.starts()))),
+    Case("a window raises a capability, and what waited for it starts when it opens", "ours (tidal windows)",
+         "  - {name: q0, deserved: {gpu: 2}, capability: {gpu: 2}}", [J("a", "q0", gpus=2), J("b", "q0", gpus=2, at=1)],
+         policies='preemption: {grace_s: 10}, tidal: [{name: day, window: {start: "08:00", end: "20:00"}, queues: {q0: {capability: {gpu: 4}}}}]',
+         expect=expect_starts(a=0, b=8 * 3600)),
+    Case("a window that lowers a capability gives the excess back one job at a time", "ours (QuotaShrink; YuniKorn quota preemption)",
+         "  - {name: q0, deserved: {gpu: 4}}", [J("a", "q0", gpus=2, dur=100_000), J("b", "q0", gpus=2, at=1, dur=100_000)],
+         policies='preemption: {grace_s: 10, quota_shrink_delay_s: 300}, tidal: [{name: day, window: {start: "08:00", end: "20:00"}, queues: {q0: {deserved: {gpu: 2}, capability: {gpu: 2}}}}]',
+         expect=lambda r: (r.preempted() == {"b": "QuotaShrink"} and 8 * 3600 + 300 <= next(e["t"] for e in r.events if e["type"] == "preempt") <= 8 * 3600 + 320)
+         or pytest.fail(str(r.preempted()))),
+    Case("fractional jobs of two queues share one GPU", "KAI allocateFractionalGpu_test.go (across queues)", Q2,
+         [J("q0-f", "q0", milli=500), J("q1-f", "q1", milli=500)], nodes=[(1, 1)], expect=expect_starts(**{"q0-f": 0, "q1-f": 0})),
+    Case("a gang needing more than one node's GPUs spans nodes of one site", "Volcano gang: multi-node", "  - {name: q0, deserved: {gpu: 8}}",
+         [J("g", "q0", gpus=4, tasks=2)], nodes=[(2, 4)],
+         expect=lambda r: (len({p["node"] for p in next(e for e in r.events if e["type"] == "admit")["placements"]}) == 2) or pytest.fail("one node")),
+    Case("a gang is placed whole or waits: one task too many waits for all", "Volcano gang: minMember", "  - {name: q0, deserved: {gpu: 8}}",
+         [J("hold", "q0", gpus=1, dur=100), J("g", "q0", at=1, gpus=1, tasks=4)], nodes=[(1, 4)], expect=expect_starts(g=100)),
+    Case("a higher class waiting in its queue goes before a lower one that came first", "KAI allocate_test.go (priority within a queue)",
+         "  - {name: q0, deserved: {gpu: 2}}", [J("hold", "q0", gpus=2, dur=100, kind="build"), J("low", "q0", at=1, gpus=2), J("high", "q0", at=2, gpus=2, kind="build")],
+         nodes=[(1, 2)], expect=lambda r: (r.start("high") == 100 and r.start("low") >= 10_100) or pytest.fail(str(r.starts()))),
+    Case("Inference preempts train", "KAI preemptMIG_test.go (whole GPUs here)", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("train", "q0", gpus=4), J("infer", "q0", at=100, gpus=1, kind="interactive")],
+         expect=expect_preempted("train", reason="Priority", then=expect_starts(infer=SOON))),
+    Case("queues of equal share are served in turn", "Kueue fair sharing: round robin of equal shares", "  - {name: q0}\n  - {name: q1}",
+         [J(f"q0-{i}", "q0") for i in range(3)] + [J(f"q1-{i}", "q1") for i in range(3)], nodes=[(1, 4)],
+         expect=lambda r: (sorted(j[:2] for j in r.running_at(0)) == ["q0", "q0", "q1", "q1"]) or pytest.fail(str(r.running_at(0)))),
+    Case("capacity freed by a finished job goes to the longest-waiting within a queue", "KAI allocate_test.go (creation time)", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("hold", "q0", gpus=4, dur=100, kind="build"), J("w1", "q0", at=1, gpus=4), J("w2", "q0", at=2, gpus=4)],
+         expect=expect_starts(w1=100)),
+    Case("a borrowing queue's job waits when the cluster is full of others' work within their shares", "Kueue: borrowing needs free quota", Q2,
+         [J("q0-a", "q0", gpus=2), J("q1-a", "q1", gpus=2), J("q0-b", "q0", at=1)], expect=both(expect_preempted(), expect_starts(**{"q0-b": 10_000}))),
+    # ---- gangs (Volcano gang e2e) ----
+    Case("a gang starts all its tasks at once or none", "Volcano gang: gang scheduling", "  - {name: q0, deserved: {gpu: 8}}",
+         [J("small", "q0", gpus=1, dur=100), J("gang", "q0", at=1, gpus=1, tasks=4)], nodes=[(4, 1)],
+         expect=lambda r: ([e for e in r.events if e["type"] == "admit" and e["job"] == "gang"][0]["t"] >= 100 and
+                           len([e for e in r.events if e["type"] == "admit" and e["job"] == "gang"][0]["placements"]) == 4) or pytest.fail("partial")),
+    Case("a stream of small jobs does not starve a waiting gang", "Volcano gang: starvation (reserved nodes)", "  - {name: q0, deserved: {gpu: 4}}",
+         [J(f"s{i}", "q0", at=i * 20, gpus=1, dur=100) for i in range(40)] + [J("gang", "q0", at=30, gpus=1, tasks=4, dur=50)],
+         expect=lambda r: (r.start("gang") is not None and r.start("gang") <= 300) or pytest.fail(f"gang started at {r.start('gang')}")),
+    Case("two gangs that together overfill the cluster do not deadlock holding halves", "Volcano gang: no deadlock", "  - {name: q0, deserved: {gpu: 4}}",
+         [J("g1", "q0", gpus=1, tasks=3, dur=100), J("g2", "q0", gpus=1, tasks=3, dur=100)], nodes=[(4, 1)],
+         expect=expect_starts(g1=0, g2=100)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_scenario(case: Case):
+    run(case)
+
+
+def test_the_suite_names_its_sources():
+    from . import test_conformance_kai, test_conformance_kueue
+
+    every = test_conformance_kai.CASES + test_conformance_kueue.CASES + CASES
+    assert all(c.source for c in every) and len(every) >= 100
