@@ -36,10 +36,12 @@ START = datetime(2026, 1, 5, 0, 0)  # the simulator's t = 0 (a Monday), in the f
 
 def idc(nodes: str) -> str:
     """The federation and its IDC site, whose A100 node group is `nodes` (count, racks); other sites may follow."""
-    return f"""
-federation: {{name: parity, timezone: UTC}}
-sites:
-  - name: idc
+    return "\nfederation: {name: parity, timezone: UTC}\nsites:\n" + site("idc", nodes)
+
+
+def site(name: str, nodes: str) -> str:
+    """An IDC site with one A100 node group of `nodes` (count, racks)."""
+    return f"""  - name: {name}
     kind: idc
     ray_address: http://127.0.0.1:9
     node_groups:
@@ -174,12 +176,7 @@ policies:
 # Two IDCs; idc2 stops answering twice. A short outage (120 s) is waited out: what finished there
 # meanwhile is learnt when it answers. A long one passes site_lost_timeout_s: its job is queued
 # again (SiteLost), nothing new is sent there while it is silent, and work waits for it to answer.
-SCENARIOS["outage"] = (idc("count: 2") + """  - name: idc2
-    kind: idc
-    ray_address: http://127.0.0.1:9
-    node_groups:
-      - {name: a100, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 64, memory_gib_per_node: 512, count: 2}
-queues:
+SCENARIOS["outage"] = (idc("count: 2") + site("idc2", "count: 2") + """queues:
   - {name: research, deserved: {gpu: 32}}
 policies:
   preemption: {site_lost_timeout_s: 300}
