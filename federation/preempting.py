@@ -169,6 +169,15 @@ class Preempting:
 
     def _fits_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
         """Would `job` pass quota and place if the `gone` jobs had stopped? (State is restored.)"""
+        if job.mig_profile is None and job.per_task.gpu_milli:
+            # Not even with every GPU the gone jobs hold on some site (an upper bound of what they
+            # free there) would the site have the gang's GPUs: no need to take them off and look.
+            freed: dict[str, int] = {}
+            for v in gone:
+                freed[v.site] = freed.get(v.site, 0) + v.usage.gpu_milli
+            need, free = job.per_task.gpu_milli * (job.min_tasks or job.tasks), self.cluster.site_free_milli
+            if all(free.get(s, 0) + freed.get(s, 0) < need for s in sites):
+                return False
         for v in gone:
             self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
             self.cluster.apply(v.spec, v.placements, -1)
