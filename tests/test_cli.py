@@ -122,3 +122,12 @@ def test_simulate_takes_site_outages_and_refuses_bad_ones_by_name(tmp_path):
                       ("idc@5+-1", "finite number > 0"), ("idc@x+1", "are seconds")]:
         r = fedctl("simulate", "-c", str(config), "--trace", str(trace), "--out", str(tmp_path / "bad"), "--outage", bad)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+
+
+def test_bench_scale_runs_as_a_user_runs_it_and_admits_into_a_full_federation():
+    r = fedctl("bench", "scale", "--nodes", "300", "--jobs", "3000", "--rounds", "3", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert 0 < out["admitted"] < 3000 and out["running"] >= out["admitted"]
+    assert out["waiting"] + out["running"] == 3000 + 3 * 100  # every job is either waiting or running
+    assert "full cycle:" in r.stderr and "incremental cycle" in r.stderr
