@@ -11,7 +11,10 @@ at one GPU. Then, through Ray's own `JobSubmissionClient`:
 2. throughput: one job fills `parked`, then `--queued` one-GPU jobs are submitted to it (they
    queue: ExceedsCapability), then `--measured` more from `--clients` threads, timed one by one
    while at least `--queued` jobs wait: once with the stock client, once posting the same body
-   over kept-alive connections. The load runs on the same 2 cores as the server and Ray.
+   over kept-alive connections. The load runs on the same 2 cores as the server and Ray;
+3. the stock client's own ceiling: the same `--measured` submissions from `--clients` threads
+   against a server that does nothing but answer (another process, as `fedctl up` is), so the
+   client's cost on this machine is known apart from the federation's.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -51,8 +55,8 @@ def start(tmp: Path) -> tuple[subprocess.Popen, str]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     ray_address = None
     for line in proc.stdout:
-        m = re.search(r"local Ray cluster at (\S+):", line)
-        if m:
+        m = re.search(r"local Ray cluster at (https?://[^\s,:]+:\d+)", line)
+        if m and ray_address is None:  # the IDC site's, not a burst site's that starts after it
             ray_address = m.group(1)
         if "serving the Ray Jobs API" in line:
             break
@@ -85,6 +89,48 @@ def until_done(client: JobSubmissionClient, job: str) -> None:
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * (len(xs) - 1)))]
+
+
+# Answers what JobSubmissionClient.submit_job asks (GET /api/version before every submission
+# that names GPUs, then the POST) and nothing else.
+NULL_SERVER = """
+import sys
+from aiohttp import web
+app = web.Application()
+async def version(_):
+    return web.json_response({"version": "2", "ray_version": "2.40.0", "ray_commit": "", "session_name": "null"})
+async def submit(req):
+    body = await req.json()
+    return web.json_response({"job_id": body.get("submission_id"), "submission_id": body.get("submission_id")})
+app.router.add_get("/api/version", version)
+app.router.add_post("/api/jobs/", submit)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *_: print("ready", flush=True))
+"""
+
+
+def client_ceiling(measured: int, clients: int) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-c", NULL_SERVER, str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        server.stdout.readline()
+        client = JobSubmissionClient(f"http://127.0.0.1:{port}")
+
+        def one(i: int) -> float:
+            t0 = time.perf_counter()
+            client.submit_job(entrypoint="echo queued", entrypoint_num_gpus=1, metadata={"queue": "parked"}, submission_id=f"n-{i}")
+            return time.perf_counter() - t0
+
+        with ThreadPoolExecutor(clients) as pool:
+            t0 = time.perf_counter()
+            times = list(pool.map(one, range(measured)))
+            span = time.perf_counter() - t0
+        print(f"{measured}, stock JobSubmissionClient, {clients} threads, against a server that only answers: {measured / span:.0f} submissions/s, "
+              f"latency p50 {pct(times, 0.5) * 1000:.1f} ms, p99 {pct(times, 0.99) * 1000:.1f} ms")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def main() -> None:
@@ -151,6 +197,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=180)
+    client_ceiling(a.measured, a.clients)
 
 
 if __name__ == "__main__":
