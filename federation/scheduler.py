@@ -112,8 +112,8 @@ def incremental_pending(pending: dict[str, JobSpec], new: set[str], reservations
     """
     if full:
         return tuple(pending.values())
-    keep = new | set(reservations)
-    return tuple(j for jid, j in pending.items() if jid in keep)
+    keep = new | set(reservations)  # a few among tens of thousands: looked up, not scanned for
+    return tuple(pending[jid] for jid in sorted(keep) if jid in pending)
 
 
 def schedule(snapshot: Snapshot, now: float, state: CycleState | None = None) -> Plan:

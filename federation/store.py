@@ -100,7 +100,8 @@ class Store:
                          "since_s REAL, PRIMARY KEY (node, gpu))")
         # runs left at a site that did not answer when their jobs were queued again elsewhere: stopped once it answers
         self._db.execute("CREATE TABLE IF NOT EXISTS orphans (site TEXT, dispatch_id TEXT, since_s REAL, PRIMARY KEY (site, dispatch_id))")
-        self._live: dict[str, JobRow] | None = None  # id -> row of the live jobs, read at first use
+        self._live: dict[str, JobRow] | None = None  # id -> row of the live jobs, read at first use, by submission
+        self._unsorted = False  # a row joined `_live` out of submission order: sort it before it is read
 
     def _row(self, values: tuple) -> JobRow:
         d = dict(zip(COLUMNS, values, strict=True))
@@ -117,26 +118,57 @@ class Store:
             values = [json.dumps(getattr(row, c)) if c in JSON_COLUMNS and getattr(row, c) is not None else getattr(row, c) for c in COLUMNS]
             self._db.execute(f"INSERT INTO jobs VALUES ({', '.join('?' for _ in COLUMNS)})", values)
             if self._live is not None and row.status in LIVE:
-                self._live[row.id] = replace(row)  # rows handed out are never changed in place
+                self._add_live(replace(row))  # rows handed out are never changed in place
             return row, True
 
     def update(self, job_id: str, **fields) -> None:
+        with self._lock:
+            self._update(job_id, fields)
+
+    def update_many(self, updates: list[tuple[str, dict]]) -> None:
+        """Several updates in one transaction: one commit (one sync of the journal) for all, where
+        one each held the store, and with it every submission, for a third of a millisecond
+        apiece (a cycle writes the reasons of thousands of newly waiting jobs at once)."""
+        if not updates:
+            return
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                for job_id, fields in updates:
+                    self._update(job_id, fields)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                self._live = None  # the mirror may hold what was rolled back: read it afresh
+                raise
+            self._db.execute("COMMIT")
+
+    def _update(self, job_id: str, fields: dict) -> None:
+        """The caller holds the lock."""
         sets = ", ".join(f"{k} = ?" for k in fields)
         values = [json.dumps(v) if k in JSON_COLUMNS and v is not None else v for k, v in fields.items()]
-        with self._lock:
-            self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values, job_id])
-            if self._live is None:
-                return
+        self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values, job_id])
+        if self._live is not None:
             row = self._live.get(job_id)
             if row is None and fields.get("status") in LIVE:  # an ended job back in play
                 cur = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs WHERE id = ?", (job_id,)).fetchone()
                 row = self._row(cur) if cur else None
             elif row is not None:
                 row = replace(row, **fields)
+                self._unsorted |= "submitted_s" in fields
             if row is None or row.status not in LIVE:
                 self._live.pop(job_id, None)
+            elif job_id in self._live:
+                self._live[job_id] = row  # keeps its place
             else:
-                self._live[job_id] = row
+                self._add_live(row)
+
+    def _add_live(self, row: JobRow) -> None:
+        """The caller holds the lock. Rows come almost always in submission order, so the mirror
+        is kept in it and read without sorting tens of thousands of rows each cycle."""
+        if self._live:
+            last = self._live[next(reversed(self._live))]
+            self._unsorted |= (row.submitted_s, row.id) < (last.submitted_s, last.id)
+        self._live[row.id] = row
 
     def get(self, job_id: str) -> JobRow | None:
         with self._lock:
@@ -155,9 +187,13 @@ class Store:
         if statuses is not None and statuses <= LIVE:
             with self._lock:
                 if self._live is None:
-                    self._live = {r.id: r for r in map(self._row, self._fetch(LIVE))}
-                rows = [r for r in self._live.values() if r.status in statuses]
-            return sorted(rows, key=lambda r: (r.submitted_s, r.id))
+                    self._live, self._unsorted = {r.id: r for r in map(self._row, self._fetch(LIVE))}, False  # fetched in order
+                if self._unsorted:
+                    self._live = {r.id: r for r in sorted(self._live.values(), key=lambda r: (r.submitted_s, r.id))}
+                    self._unsorted = False
+                if statuses == LIVE:
+                    return list(self._live.values())
+                return [r for r in self._live.values() if r.status in statuses]
         with self._lock:
             found = self._fetch(statuses)
         return [self._row(r) for r in found]

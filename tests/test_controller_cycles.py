@@ -133,9 +133,12 @@ def test_metrics_count_every_cycle_in_a_duration_histogram(ctl):
 
 
 def test_the_stores_live_jobs_in_memory_always_match_the_database(tmp_path):
-    """Random inserts, status changes (ending, requeueing an ended job), field updates and
-    deletes: after each, the written-through live rows equal what a fresh reader finds."""
+    """Random inserts (at times that tie and that go back), status changes (ending, requeueing
+    an ended job), field updates one at a time and in batches (one of which fails half-way and
+    must leave nothing of itself) and deletes: after each, the written-through live rows equal
+    what a fresh reader finds, in the same order."""
     import random
+    import sqlite3
 
     rng = random.Random(7)
     path = tmp_path / "cache.db"
@@ -147,17 +150,58 @@ def test_the_stores_live_jobs_in_memory_always_match_the_database(tmp_path):
         op = rng.random()
         if op < 0.3 or not ids:
             ids.append(f"j{step}")
-            store.insert(JobRow(ids[-1], "true", {}, {}, {"queue": "research"}, status=rng.choice(statuses), submitted_s=rng.random()))
-        elif op < 0.8:
+            store.insert(JobRow(ids[-1], "true", {}, {}, {"queue": "research"}, status=rng.choice(statuses), submitted_s=rng.choice((step, step / 2, 3.0))))
+        elif op < 0.7:
             store.update(rng.choice(ids), status=rng.choice(statuses), message=f"step {step}", placements=[{"node": "n", "gpus": [step % 8]}])
-        elif op < 0.9:
+        elif op < 0.8:
             store.update(rng.choice(ids), reason="WaitingForQuota")
+        elif op < 0.9:
+            batch = [(rng.choice(ids), {"status": rng.choice(statuses), "reason": f"batch {step}"}) for _ in range(3)]
+            if rng.random() < 0.3:  # a column that does not exist: the whole batch is undone
+                before = Store(path).jobs()
+                with pytest.raises(sqlite3.OperationalError):
+                    store.update_many([*batch, (ids[0], {"no_such_column": 1})])
+                assert Store(path).jobs() == before
+            else:
+                store.update_many(batch)
         else:
             store.delete(ids.pop(rng.randrange(len(ids))))
         fresh = [r for r in Store(path).jobs() if r.status in {"PENDING", "ADMITTED", "RUNNING"}]  # read from the file
         assert store.jobs({"PENDING", "ADMITTED", "RUNNING"}) == fresh
         assert store.jobs({"RUNNING"}) == [r for r in fresh if r.status == "RUNNING"]
         assert all(store.get(r.id) == r for r in fresh)
+
+
+def test_a_cycle_writes_the_reasons_of_every_newly_waiting_job_in_one_transaction(ctl):
+    """Each write on its own is a commit (a sync of the journal) that holds the store, and every
+    submission with it: 20,000 jobs queued at once once stalled a cycle for 10 s doing that."""
+    c, clock, _ = ctl
+    for i in range(300):
+        submit(c, f"w{i}", 1)
+    c.tick()  # the first cycle admits what fits
+    statements: list[str] = []
+    c.store._db.set_trace_callback(statements.append)
+    for i in range(300):
+        submit(c, f"n{i}", 1)
+    statements.clear()
+    clock[0] += 1
+    c.tick()
+    c.store._db.set_trace_callback(None)
+    waiting = {r.id for r in c.store.jobs({"PENDING"}) if r.id.startswith("n")}
+    assert len(waiting) == 300 and all(c.store.get(j).reason for j in waiting)
+    bare, batches, inside = 0, [], None
+    for st in statements:
+        if st == "BEGIN":
+            inside = 0
+        elif st == "COMMIT":
+            batches.append(inside)
+            inside = None
+        elif st.startswith("UPDATE jobs SET reason"):
+            if inside is None:
+                bare += 1
+            else:
+                inside += 1
+    assert bare == 0 and batches == [300]
 
 
 def test_the_journal_reads_back_only_the_jobs_going_or_ended_since_a_time(tmp_path):

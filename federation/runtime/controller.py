@@ -169,13 +169,14 @@ class Controller(SiteJobs):
         self._refresh_cloud(now)
         self._meter(now)
         rows = self.store.jobs({"PENDING", "ADMITTED", "RUNNING"})
-        running, pending, lost, stopping = [], [], [], []
+        running, lost, stopping = [], [], []
+        by_id: dict[str, JobSpec] = {}  # the waiting jobs
         specs = {}
         present = {n.name for n in self.nodes}
         for r in rows:
             spec = specs[r.id] = self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s)
             if r.status == "PENDING":
-                pending.append(replace(spec, not_before_s=r.not_before_s) if r.not_before_s else spec)
+                by_id[r.id] = replace(spec, not_before_s=r.not_before_s) if r.not_before_s else spec
             else:
                 # tasks whose node is gone (listed no more, or left its site's Ray cluster) are lost;
                 # the cycle decides whether the gang goes on without them or is queued again
@@ -193,10 +194,9 @@ class Controller(SiteJobs):
             m.poll(now, nodes)
             nodes = tuple(m.view(nodes))
         local = self._local(now)
-        by_id = {j.id: j for j in pending}
         in_flight = tuple(replace(f, count=f.count - self.delivered.get(rid, 0)) for rid, f in self.in_flight.items())
         arrived = by_id.keys() - self.last_pending
-        submitted = self._submitted(arrived, rows, now)
+        submitted = self._submitted(arrived, now)
         cloud = tuple(n for n in nodes if n.site in self.providers)
         d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
                                         tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues(),
@@ -225,11 +225,13 @@ class Controller(SiteJobs):
         for p in d.plan.preemptions:
             self.store.update(p.job_id, stop_at_s=now + grace, preempted_for=p.for_job, message=f"preempted ({p.reason}) for {p.for_job}; stopping in {grace:g} s")
             self.preemptions[p.reason] += 1
-        known = {r.id: (r.reason, r.message) for r in rows}
-        for job_id, reason in d.reasons.items():
+        changed = []
+        for job_id, reason in d.reasons.items():  # only the jobs the cycle looked at (an incremental one: the new)
             message = f"{reason.code}: {reason.message}"
-            if known.get(job_id) != (reason.code, message):  # most waiting jobs wait for the same reason as last cycle
-                self.store.update(job_id, reason=reason.code, message=message)
+            row = self.store.get(job_id)
+            if row is not None and (row.reason, row.message) != (reason.code, message):  # most wait as they did last cycle
+                changed.append((job_id, {"reason": reason.code, "message": message}))
+        self.store.update_many(changed)  # what a person reads: one commit, however many
         self._scale(now, d)
         # what runs now includes what this cycle just admitted: a slice it took must not be re-sliced away
         running += [RunningJob(by_id[a.job_id], a.site, a.placements, now) for a in d.plan.admissions]
@@ -241,7 +243,7 @@ class Controller(SiteJobs):
         if d.evict or overran:  # evicted gangs wait again, stopped ones freed their nodes: decide at once, as the simulator does
             self.tick()
 
-    def _submitted(self, arrived, rows: list[JobRow], now: float) -> tuple[JobSpec, ...]:
+    def _submitted(self, arrived, now: float) -> tuple[JobSpec, ...]:
         """Jobs first seen since the last cycle; at start, every job the store knows (the
         federation's history: the workload mix placement weighs by, and the forecast starts from)."""
         if not self.history_read:
@@ -249,8 +251,7 @@ class Controller(SiteJobs):
             if self.cycle.forecast is not None:
                 self.forecast_error = seed(self.cycle.forecast, self.fed, self.store, now)
             return tuple(self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s) for r in self.store.jobs())
-        first = {r.id for r in rows if r.attempt == 0}
-        return tuple(self.specs[j] for j in arrived if j in first)
+        return tuple(self.specs[j] for j in arrived if (row := self.store.get(j)) is not None and row.attempt == 0)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
