@@ -6,15 +6,15 @@ Starts `fedctl up` on a copy of configs/local.yaml (a local Ray cluster with log
 controller ticking every second, the API on 127.0.0.1:18266) with one more queue, `parked`, capped
 at one GPU. Then, through Ray's own `JobSubmissionClient`:
 
-1. latency: the same one-GPU job (`sleep 2`) is submitted alternately to the federation and
+1. first, the stock client's own ceiling: `--measured` submissions from `--clients` threads
+   against a server that does nothing but answer (another process, as `fedctl up` is), so the
+   client's cost on this machine is known apart from the federation's;
+2. latency: the same one-GPU job (`sleep 2`) is submitted alternately to the federation and
    directly to the site's Ray dashboard, and its status polled every 20 ms until RUNNING;
-2. throughput: one job fills `parked`, then `--queued` one-GPU jobs are submitted to it (they
+3. throughput: one job fills `parked`, then `--queued` one-GPU jobs are submitted to it (they
    queue: ExceedsCapability), then `--measured` more from `--clients` threads, timed one by one
    while at least `--queued` jobs wait: once with the stock client, once posting the same body
-   over kept-alive connections. The load runs on the same 2 cores as the server and Ray;
-3. the stock client's own ceiling: the same `--measured` submissions from `--clients` threads
-   against a server that does nothing but answer (another process, as `fedctl up` is), so the
-   client's cost on this machine is known apart from the federation's.
+   over kept-alive connections. The load runs on the same 2 cores as the server and Ray.
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ def main() -> None:
     ap.add_argument("--measured", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=8)
     a = ap.parse_args()
+    client_ceiling(a.measured, a.clients)  # first: nothing else runs yet (a Ray cluster takes a while to wind down)
     with tempfile.TemporaryDirectory() as d:
         proc, ray_address = start(Path(d))
         try:
@@ -197,7 +198,6 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=180)
-    client_ceiling(a.measured, a.clients)
 
 
 if __name__ == "__main__":
