@@ -474,9 +474,9 @@ def frag(
 
 @bench_app.command("scale")
 def bench_scale(
-    jobs: Annotated[int, typer.Option("--jobs", help="Pending gangs at the start.")] = 50_000,
-    nodes: Annotated[int, typer.Option("--nodes", help="Nodes of 8 GPUs, over 3 sites.")] = 10_000,
-    rounds: Annotated[int, typer.Option("--rounds", help="Incremental cycles of 100 new jobs.")] = 30,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Pending gangs at the start.")] = 50_000,
+    nodes: Annotated[int, typer.Option("--nodes", min=3, help="Nodes of 8 GPUs, over 3 sites.")] = 10_000,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Incremental cycles of 100 new jobs.")] = 30,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:

@@ -131,3 +131,6 @@ def test_bench_scale_runs_as_a_user_runs_it_and_admits_into_a_full_federation():
     assert 0 < out["admitted"] < 3000 and out["running"] >= out["admitted"]
     assert out["waiting"] + out["running"] == 3000 + 3 * 100  # every job is either waiting or running
     assert "full cycle:" in r.stderr and "incremental cycle" in r.stderr
+    for bad in (("--rounds", "0"), ("--nodes", "-5"), ("--jobs", "0")):  # a usage error naming the option, not a traceback
+        r = fedctl("bench", "scale", *bad)
+        assert r.returncode == 2 and bad[0] in r.stderr and "internal error" not in r.stderr, r.stderr
