@@ -147,8 +147,8 @@ def _read_trace(fed, path: Path, fmt: str, qos_queue: list[str] | None, skip_bad
 @trace_app.command("generate")
 def trace_generate(
     out: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
-    jobs: Annotated[int, typer.Option("--jobs")] = 1000,
-    days: Annotated[float, typer.Option("--days")] = 1.0,
+    jobs: Annotated[int, typer.Option("--jobs", min=1)] = 1000,
+    days: Annotated[float, typer.Option("--days", help="The span the submissions spread over (more than 0).")] = 1.0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     pattern: Annotated[str, typer.Option("--pattern", help="tidal or uniform.")] = "tidal",
     inference_queue: Annotated[str, typer.Option("--inference-queue")] = "online",
@@ -163,6 +163,8 @@ def trace_generate(
 
     if pattern not in ("tidal", "uniform"):
         raise FederationError(f"--pattern: {pattern!r} is not tidal or uniform")
+    if not 0 < days < 3650:  # NaN fails this too; a negative span wrote submit times below 0 that simulate refused
+        raise FederationError(f"--days: {days!r} is not a number of days between 0 and 3650")
     records = generate({"inference": inference_queue, "training": training_queue, "batch": batch_queue}, jobs=jobs, days=days, seed=seed, pattern=pattern,
                        inference_mig=inference_mig, inference_mig_share=inference_mig_share, max_gang_nodes=max_gang_nodes)
     out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
@@ -521,7 +523,7 @@ def mig_profiles(
 @mig_app.command("plan")
 def mig_plan(
     gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. A100-80GB.")],
-    gpus: Annotated[int, typer.Option("--gpus", min=0, help="How many GPUs to plan.")],
+    gpus: Annotated[int, typer.Option("--gpus", min=0, max=100_000, help="How many GPUs to plan (a site's, at most 100,000).")],
     demand: Annotated[str, typer.Option("--demand", help="NAME=COUNT[,NAME=COUNT...], e.g. 1g.10gb=7,3g.40gb=2.")],
     current: Annotated[Path | None, typer.Option("--current", help='JSON {"layouts": [[{"profile", "start", "busy"?}...] per GPU]}.')] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

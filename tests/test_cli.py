@@ -134,3 +134,17 @@ def test_bench_scale_runs_as_a_user_runs_it_and_admits_into_a_full_federation():
     for bad in (("--rounds", "0"), ("--nodes", "-5"), ("--jobs", "0")):  # a usage error naming the option, not a traceback
         r = fedctl("bench", "scale", *bad)
         assert r.returncode == 2 and bad[0] in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, option", [
+    (("trace", "generate", "--jobs", "-3"), "--jobs"),
+    (("trace", "generate", "--days", "-1"), "--days"),  # it wrote submit times below 0, which simulate then refused
+    (("trace", "generate", "--days", "nan"), "--days"),
+    (("mig", "plan", "--gpu", "A100-80GB", "--gpus", "100000000", "--demand", "1g.10gb=1", "--json"), "--gpus"),  # ran for ever
+])
+def test_numbers_out_of_range_are_usage_errors_naming_the_option(args, option, tmp_path):
+    if args[0] == "trace":
+        args = (*args, "--out", str(tmp_path / "t.jsonl"))
+    r = fedctl(*args, timeout=60)
+    assert r.returncode == 2 and option in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert not (tmp_path / "t.jsonl").exists()
