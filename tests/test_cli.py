@@ -148,3 +148,13 @@ def test_numbers_out_of_range_are_usage_errors_naming_the_option(args, option, t
     r = fedctl(*args, timeout=60)
     assert r.returncode == 2 and option in r.stderr and "internal error" not in r.stderr, r.stderr
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_an_output_path_that_cannot_be_written_is_an_error_naming_it_not_an_internal_error(tmp_path):
+    (tmp_path / "adir").mkdir()
+    r = fedctl("trace", "generate", "--jobs", "5", "--out", str(tmp_path / "adir"))
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path / 'adir'}: Is a directory", r.stderr
+    trace = tmp_path / "t.jsonl"
+    assert fedctl("trace", "generate", "--jobs", "5", "--out", str(trace)).returncode == 0
+    r = fedctl("simulate", "--config", str(CONFIGS / "idc-aws-gcp.yaml"), "--trace", str(trace), "--out", "/proc/no-such-dir", "--no-html")
+    assert r.returncode == 2 and "error: /proc/no-such-dir" in r.stderr and "internal error" not in r.stderr, r.stderr
