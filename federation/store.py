@@ -125,22 +125,26 @@ class Store:
         with self._lock:
             self._update(job_id, fields)
 
+    #: updates per transaction in `update_many`: short enough that submissions (and the cloud
+    #: ledger, a writer on another connection) wait milliseconds for the store, not seconds
+    BATCH = 2_000
+
     def update_many(self, updates: list[tuple[str, dict]]) -> None:
-        """Several updates in one transaction: one commit (one sync of the journal) for all, where
+        """Updates in transactions of up to BATCH: one commit (one sync of the journal) each, where
         one each held the store, and with it every submission, for a third of a millisecond
-        apiece (a cycle writes the reasons of thousands of newly waiting jobs at once)."""
-        if not updates:
-            return
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                for job_id, fields in updates:
-                    self._update(job_id, fields)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                self._live = None  # the mirror may hold what was rolled back: read it afresh
-                raise
-            self._db.execute("COMMIT")
+        apiece (a cycle writes the reasons of thousands of newly waiting jobs at once). A batch
+        that fails is undone whole."""
+        for start in range(0, len(updates), self.BATCH):
+            with self._lock:
+                self._db.execute("BEGIN")
+                try:
+                    for job_id, fields in updates[start:start + self.BATCH]:
+                        self._update(job_id, fields)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    self._live = None  # the mirror may hold what was rolled back: read it afresh
+                    raise
+                self._db.execute("COMMIT")
 
     def _update(self, job_id: str, fields: dict) -> None:
         """The caller holds the lock."""
