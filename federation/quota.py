@@ -52,6 +52,7 @@ class QuotaTree:
         self._paths = {q.name: self._path(q.name) for q in queues}
         self._top_down = {n: p[::-1] for n, p in self._paths.items()}
         self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
+        self.root_usage = Resources()  # the sum of the top-level queues' usage, kept as it changes (every check reads it)
         self.fixed: dict[str, Resources] = {q.name: Resources() for q in queues}  # of it, what non-preemptible jobs use
         self.past: dict[str, float] = {}  # queue -> its weighted past share of the GPUs (time-aware fair share)
         self.jobs: dict[str, int] = {q.name: 0 for q in queues}  # running jobs, each counted up its path
@@ -99,6 +100,7 @@ class QuotaTree:
         """One job's usage `r` starts (sign 1) or ends (-1) in `leaf`."""
         self.versions[self._paths[leaf][-1]] += 1
         delta = r.times(sign)
+        self.root_usage = self.root_usage + delta
         for a in self._paths[leaf]:
             self.usage[a] = self.usage[a] + delta
             self.jobs[a] += sign
@@ -165,10 +167,6 @@ class QuotaTree:
             base = (self.kids_held[a] + delta) if delta is not None else self.usage[a] + r
             delta = base.max(self.reserve[a]) - self.held[a]
         return self.root_held + delta
-
-    @property
-    def root_usage(self) -> Resources:
-        return sum((self.usage[t] for t in self.tops), ZERO)
 
     def entitled(self, leaf: str, r: Resources) -> bool:
         """Would `leaf` fit `r` inside deserved on its whole path if every borrower gave back?

@@ -298,3 +298,28 @@ def test_the_simulator_retries_a_failed_run_after_the_live_controllers_back_off_
     [end] = [e for e in events if e["type"] == "finish" and e["job"] == "doomed"]
     assert end["t"] == 70 and end["failed"] == "Failed"
     assert any(e["type"] == "pending" and e["job"] == "flaky" and e["reason"] == "RetryBackoff" for e in events)
+
+
+def test_the_usage_kept_for_the_whole_federation_is_the_sum_of_its_top_level_queues():
+    """Every check reads it, so it is kept as jobs start and end rather than summed each time."""
+    import random
+
+    from federation.quota import QuotaTree
+
+    fed = parse(BASE + """queues:
+  - {name: org, deserved: {gpu: 24}}
+  - {name: team, parent: org, deserved: {gpu: 8}}
+  - {name: other, parent: org, deserved: {gpu: 16}}
+  - {name: solo, deserved: {gpu: 8}}
+""")
+    tree = QuotaTree(fed.queues, Resources.of(32, 256, 2048))
+    rng, held = random.Random(3), []
+    for _ in range(200):
+        if held and rng.random() < 0.4:
+            leaf, r = held.pop(rng.randrange(len(held)))
+            tree.add(leaf, r, -1)
+        else:
+            leaf, r = rng.choice(["team", "other", "solo"]), Resources(rng.randrange(0, 4000, 500), rng.randrange(0, 8000), rng.randrange(0, 4096))
+            tree.add(leaf, r)
+            held.append((leaf, r))
+        assert tree.root_usage == tree.usage["org"] + tree.usage["solo"]
