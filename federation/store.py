@@ -132,8 +132,8 @@ class Store:
     def update_many(self, updates: list[tuple[str, dict]]) -> None:
         """Updates in transactions of up to BATCH: one commit (one sync of the journal) each, where
         one each held the store, and with it every submission, for a third of a millisecond
-        apiece (a cycle writes the reasons of thousands of newly waiting jobs at once). A batch
-        that fails is undone whole."""
+        apiece (a cycle writes the reasons of thousands of newly waiting jobs at once). A
+        transaction that fails is undone whole; those before it stay."""
         for start in range(0, len(updates), self.BATCH):
             with self._lock:
                 self._db.execute("BEGIN")
