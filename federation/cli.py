@@ -558,14 +558,6 @@ def mig_plan(
     out().print(f"satisfied {result.satisfied}, unsatisfied {result.unsatisfied}, reconfigured {result.reconfigured_gpus} GPU(s)")
 
 
-def _internal(e: Exception) -> None:
-    """The last line of defence: no traceback reaches a user."""
-    if os.environ.get("FEDCTL_DEBUG"):
-        raise e
-    print(f"internal error: {type(e).__name__}: {e} (set FEDCTL_DEBUG=1 for the traceback)", file=sys.stderr)
-    sys.exit(1)
-
-
 def main() -> None:
     try:
         code = app(standalone_mode=False)  # click returns the exit code instead of exiting
@@ -588,14 +580,14 @@ def main() -> None:
         if hasattr(e, "show"):
             e.show()
         sys.exit(getattr(e, "exit_code", 2))
-    except OSError as e:
-        if e.filename is None or os.environ.get("FEDCTL_DEBUG"):
-            _internal(e)
-        # a path the user gave that cannot be read or written (--out under /proc, a directory for a file)
-        print(f"error: {e.filename}: {e.strerror or e}", file=sys.stderr)
-        sys.exit(2)
-    except Exception as e:
-        _internal(e)
+    except Exception as e:  # the last line of defence: no traceback reaches a user
+        if os.environ.get("FEDCTL_DEBUG"):
+            raise
+        if isinstance(e, OSError) and e.filename is not None:  # a path given that cannot be read or written (--out under /proc)
+            print(f"error: {e.filename}: {e.strerror or e}", file=sys.stderr)
+            sys.exit(2)
+        print(f"internal error: {type(e).__name__}: {e} (set FEDCTL_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
 
