@@ -120,3 +120,13 @@ def test_fedctl_frag_rejects_an_unknown_policy(tmp_path):
     r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", "x.csv", "--pods", "y.csv", "--policy", "worstfit", "--out", str(tmp_path / "o.csv")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--policy" in r.stderr
+
+
+def test_fedctl_frag_refuses_a_negative_seed_naming_the_option(tmp_path):
+    # numpy's generator refuses seeds below 0: this was an internal error after reading the CSVs
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,V100\n")
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,1024,1,500,\n")
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit", "--seed", "-1",
+                        "--out", str(tmp_path / "o.csv")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--seed" in r.stderr and "internal error" not in r.stderr
