@@ -62,43 +62,67 @@ class Pod:
         return self.num * self.milli
 
 
+# Each whole-number column's largest value: a node has at most MAX_GPUS GPUs, a pod asks at most
+# 1000 milli of each GPU; the bounds keep sums of a whole trace inside int64.
+LIMITS = {"cpu_milli": 10**12, "memory_mib": 10**12, "gpu": MAX_GPUS, "num_gpu": 10**6, "gpu_milli": 1000}
+
+
 def read_nodes(path: Path) -> Cluster:
     rows = _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
-    rows.sort(key=lambda r: r["sn"])
-    models = sorted({r["model"] for r in rows if r["model"]})
+    seen: dict[str, int] = {}
+    for line, r in rows:
+        if r["sn"] in seen:
+            raise FederationError(f"{path}:{line}: sn: node {r['sn']!r} is already on line {seen[r['sn']]}")
+        seen[r["sn"]] = line
+    rows.sort(key=lambda lr: lr[1]["sn"])
+    if not any(r["gpu"] for _, r in rows):
+        raise FederationError(f"{path}: no node has a GPU: the experiment measures GPU allocation")
+    models = sorted({r["model"] for _, r in rows if r["model"]})
     gpu = np.full((len(rows), MAX_GPUS), -1, dtype=np.int64)
-    for i, r in enumerate(rows):
-        gpu[i, : int(r["gpu"])] = 1000
-    return Cluster([r["sn"] for r in rows], np.array([int(r["cpu_milli"]) for r in rows], dtype=np.int64),
-                   np.array([int(r["memory_mib"]) for r in rows], dtype=np.int64), gpu,
-                   np.array([models.index(r["model"]) if r["model"] else -1 for r in rows]), models)
+    for i, (_, r) in enumerate(rows):
+        gpu[i, : r["gpu"]] = 1000
+    return Cluster([r["sn"] for _, r in rows], np.array([r["cpu_milli"] for _, r in rows], dtype=np.int64),
+                   np.array([r["memory_mib"] for _, r in rows], dtype=np.int64), gpu,
+                   np.array([models.index(r["model"]) if r["model"] else -1 for _, r in rows]), models)
 
 
 def read_pods(path: Path) -> list[Pod]:
     rows = _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
-    rows.sort(key=lambda r: r["name"])
-    return [Pod(int(r["cpu_milli"]), int(r["memory_mib"]), int(r["num_gpu"]), int(r["gpu_milli"]) if int(r["num_gpu"]) else 0,
-                tuple(m for m in (r.get("gpu_spec") or "").split("|") if m)) for r in rows]
+    if not rows:
+        raise FederationError(f"{path}: no pods")
+    for line, r in rows:
+        if r["num_gpu"] and not r["gpu_milli"]:
+            raise FederationError(f"{path}:{line}: gpu_milli: a pod with num_gpu {r['num_gpu']} asks 1-1000 milli-GPU of each, not 0")
+        if r["num_gpu"] > 1 and r["gpu_milli"] < 1000:
+            raise FederationError(f"{path}:{line}: gpu_milli: {r['gpu_milli']} of {r['num_gpu']} GPUs: a pod shares at most one GPU")
+    rows.sort(key=lambda lr: lr[1]["name"])
+    return [Pod(r["cpu_milli"], r["memory_mib"], r["num_gpu"], r["gpu_milli"] if r["num_gpu"] else 0,
+                tuple(m for m in (r.get("gpu_spec") or "").split("|") if m)) for _, r in rows]
 
 
-def _rows(path: Path, need: tuple[str, ...]) -> list[dict]:
+def _rows(path: Path, need: tuple[str, ...]) -> list[tuple[int, dict]]:
+    """(line, row) for each row, its whole-number columns read and checked against LIMITS."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in need if c not in (reader.fieldnames or [])]
             if missing:
                 raise FederationError(f"{path}: missing column(s) {missing}")
-            rows = list(reader)
-    except OSError as e:
+            rows = list(enumerate(reader, 2))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise FederationError(f"{path}: cannot read: {e}") from None
-    for n, r in enumerate(rows, 2):
-        for c in need[1:]:
-            if c in ("model",):
+    for line, r in rows:
+        for c in need:
+            if c not in LIMITS:
                 continue
+            if r[c] is None:
+                raise FederationError(f"{path}:{line}: {c}: missing (the row is short)")
             try:
-                int(r[c])
-            except (TypeError, ValueError):
-                raise FederationError(f"{path}:{n}: {c}: {r[c]!r} is not a whole number") from None
+                r[c] = v = int(r[c])
+            except ValueError:
+                raise FederationError(f"{path}:{line}: {c}: {r[c]!r} is not a whole number") from None
+            if not 0 <= v <= LIMITS[c]:
+                raise FederationError(f"{path}:{line}: {c}: {v} is outside 0..{LIMITS[c]:,}")
     return rows
 
 

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from federation.fragsim import Cluster, Experiment, Frag, Pod, binned
+from federation.errors import FederationError
+from federation.fragsim import Cluster, Experiment, Frag, Pod, binned, read_nodes, read_pods
 
 from .conftest import SHARED
 
@@ -130,3 +131,40 @@ def test_fedctl_frag_refuses_a_negative_seed_naming_the_option(tmp_path):
     r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit", "--seed", "-1",
                         "--out", str(tmp_path / "o.csv")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--seed" in r.stderr and "internal error" not in r.stderr
+
+
+NODES_HEAD, PODS_HEAD = "sn,cpu_milli,memory_mib,gpu,model\n", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+ONE_NODE, ONE_POD = "n0,64000,262144,2,V100\n", "p0,1000,1024,1,500,\n"
+
+
+@pytest.mark.parametrize("nodes, pods, error", [
+    ("n0,64000,262144,9,V100\n", ONE_POD, "nodes.csv:2: gpu: 9 is outside 0..8"),  # was cut to 8 GPUs
+    ("n0,64000,262144,-1,V100\n", ONE_POD, "nodes.csv:2: gpu: -1 is outside"),  # was 7 GPUs
+    ("n0,64000,262144,2,V100\nn0,64000,262144,2,V100\n", ONE_POD, "nodes.csv:3: sn: node 'n0' is already on line 2"),
+    ("", ONE_POD, "nodes.csv: no node has a GPU"),  # was an internal error
+    ("n0,64000,262144,0,\n", ONE_POD, "nodes.csv: no node has a GPU"),
+    (ONE_NODE, "", "pods.csv: no pods"),
+    (ONE_NODE, "p0,1000,1024,1,2000,\n", "pods.csv:2: gpu_milli: 2000 is outside 0..1,000"),  # counted twice its GPU
+    (ONE_NODE, "p0,-5,1024,1,500,\n", "pods.csv:2: cpu_milli: -5 is outside"),
+    (ONE_NODE, "p0,1000,1024,2,500,\n", "pods.csv:2: gpu_milli: 500 of 2 GPUs: a pod shares at most one GPU"),
+    (ONE_NODE, "p0,1000,1024,2,0,\n", "pods.csv:2: gpu_milli: a pod with num_gpu 2 asks 1-1000 milli-GPU of each, not 0"),
+    (ONE_NODE, "p0,99999999999999999999999,1024,1,500,\n", "pods.csv:2: cpu_milli: 99999999999999999999999 is outside"),
+    (ONE_NODE, "p0,nan,1024,1,500,\n", "pods.csv:2: cpu_milli: 'nan' is not a whole number"),
+    (ONE_NODE, "p0,1000\n", "pods.csv:2: memory_mib: missing (the row is short)"),
+])
+def test_hostile_openb_csvs_are_refused_naming_the_file_line_and_column(tmp_path, nodes, pods, error):
+    (tmp_path / "nodes.csv").write_text(NODES_HEAD + nodes)
+    (tmp_path / "pods.csv").write_text(PODS_HEAD + pods)
+    with pytest.raises(FederationError) as e:
+        read_nodes(tmp_path / "nodes.csv")
+        read_pods(tmp_path / "pods.csv")
+    assert error in str(e.value)
+
+
+def test_fedctl_frag_refuses_a_negative_gpu_request_instead_of_running_for_ever(tmp_path):
+    # the top-up to 1.3x capacity never reached its target with a pod that gives GPUs back
+    (tmp_path / "nodes.csv").write_text(NODES_HEAD + ONE_NODE)
+    (tmp_path / "pods.csv").write_text(PODS_HEAD + "p0,1000,1024,1,-5,\n")
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "frag", "--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+                        "--policy", "fragmentation-aware", "--out", str(tmp_path / "o.csv")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "pods.csv:2: gpu_milli: -5 is outside 0..1,000" in r.stderr
