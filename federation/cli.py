@@ -530,22 +530,10 @@ def mig_plan(
 ) -> None:
     """Target MIG layouts that meet the demand, never touching busy instances."""
     from federation.mig.planner import PlanError, plan
+    from federation.mig.request import parse_demand, read_current
 
-    wanted: dict[str, int] = {}
-    for item in filter(None, demand.split(",")):
-        name, sep, count = item.partition("=")
-        if not sep or not count.strip().isdigit():
-            raise FederationError(f"--demand: {item!r} is not NAME=COUNT (e.g. 1g.10gb=7)")
-        wanted[name.strip()] = wanted.get(name.strip(), 0) + int(count)
-    layouts = None
-    if current is not None:
-        try:
-            doc = json.loads(current.read_text(encoding="utf-8"))
-            layouts = doc["layouts"] if isinstance(doc, dict) else doc
-            if not isinstance(layouts, list) or not all(isinstance(g, list) and all(isinstance(i, dict) and "profile" in i and "start" in i for i in g) for g in layouts):
-                raise ValueError("layouts must be a list (one per GPU) of lists of {profile, start}")
-        except (OSError, ValueError, KeyError) as e:
-            raise FederationError(f"--current: {current}: {e}") from None
+    wanted = parse_demand(demand)
+    layouts = read_current(current) if current is not None else None
     try:
         result = plan(gpu, gpus, wanted, layouts)
     except PlanError as e:

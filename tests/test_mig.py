@@ -152,6 +152,44 @@ def test_fedctl_mig_plan_rejects_a_malformed_demand():
     assert r.returncode == 2 and "--demand" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("demand, words", [
+    ("4g.40gb=99999999999999999999", "--demand: 4g.40gb=99999999999999999999: at most 10,000,000 instances"),  # an OverflowError
+    ("4g.40gb=1,4g.40gb=2", "--demand: 4g.40gb is named twice"),  # was summed to 3
+    ("=3", "--demand: '=3' is not NAME=COUNT"),
+])
+def test_fedctl_mig_plan_refuses_a_hostile_demand_naming_it(demand, words):
+    r = fedctl("mig", "plan", "--gpu", "A100-80GB", "--gpus", "2", "--demand", demand)
+    assert r.returncode == 2 and words in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("current, words", [
+    ('{"layouts": [[{"profile": "4g.40gb", "start": "nan"}]]}', "layouts.0.0.start: Input should be a valid integer"),
+    ('{"layouts": [[{"profile": "4g.40gb", "start": 1e400}]]}', "layouts.0.0.start: Input should be a valid integer"),
+    ('{"layouts": [[{"profile": "4g.40gb", "start": [1]}]]}', "layouts.0.0.start: Input should be a valid integer"),
+    ('{"layouts": [[{"profile": "4g.40gb", "start": 0.5}]]}', "layouts.0.0.start: Input should be a valid integer"),  # was read as 0
+    ('{"layouts": [[{"profile": "4g.40gb", "start": true}]]}', "layouts.0.0.start: Input should be a valid integer"),  # was slice 1
+    ('{"layouts": [[{"profile": 5, "start": 0}]]}', "layouts.0.0.profile: Input should be a valid string"),
+    ('{"layouts": [[{"profile": "4g.40gb", "start": 0, "busy": "yes"}]]}', "layouts.0.0.busy: Input should be a valid boolean"),
+    ('{"layouts": [[{"profile": "4g.40gb", "start": 0, "bussy": true}]]}', "layouts.0.0.bussy: unknown field"),
+    ('{"layouts": {"a": 1}}', "layouts: Input should be a valid list"),
+    ('[[{"profile": "4g.40gb"}]]', "0.0.start: Field required"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+])
+def test_fedctl_mig_plan_refuses_a_hostile_current_file_naming_the_place(tmp_path, current, words):
+    (tmp_path / "cur.json").write_text(current)
+    r = fedctl("mig", "plan", "--gpu", "A100-80GB", "--gpus", "2", "--demand", "4g.40gb=1", "--current", str(tmp_path / "cur.json"))
+    assert r.returncode == 2 and f"--current: {tmp_path / 'cur.json'}: {words}" in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+def test_fedctl_mig_plan_reads_its_own_json_back_as_current(tmp_path):
+    first = fedctl("mig", "plan", "--gpu", "A100-80GB", "--gpus", "2", "--demand", "3g.40gb=2", "--json")
+    (tmp_path / "cur.json").write_text(first.stdout)
+    again = fedctl("mig", "plan", "--gpu", "A100-80GB", "--gpus", "2", "--demand", "3g.40gb=2", "--current", str(tmp_path / "cur.json"), "--json")
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert doc["reconfigured_gpus"] == 0 and doc["layouts"] == json.loads(first.stdout)["layouts"]
+
+
 def test_the_issues_mix_is_met_in_full_where_the_greedy_planner_met_half():
     """4g.40gb@0 + 3g.40gb@4 on every GPU meets all 8; the greedy planner met 2 of the 4 4g.40gb."""
     r = plan("A100-80GB", 4, {"4g.40gb": 4, "3g.40gb": 4})
