@@ -78,6 +78,28 @@ def test_compare_prints_json_figure_by_figure(tmp_path):
     assert json.loads(r.stdout)["wait_s.p50"] == {"a": 10.0, "b": 25.0, "change": 15.0}
 
 
+DEEP_REPORT = '{"jobs": {"submitted": 1}, "x": ' + '{"a": ' * 900 + "1" + "}" * 900 + "}"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[1, 2]", "not a simulation report"),  # was an internal error
+    ("{}", "not a simulation report"),  # was an empty table
+    ("[" * 100_000 + "]" * 100_000, "not a readable report (nested too deeply)"),  # was an internal error
+    ('{"jobs": 3}', "not a simulation report"),
+])
+def test_compare_refuses_what_is_not_a_report_naming_the_file(tmp_path, text, words):
+    (tmp_path / "a.json").write_text(text)
+    r = fedctl("compare", str(tmp_path / "a.json"), str(tmp_path / "a.json"))
+    assert r.returncode == 2 and f"{tmp_path / 'a.json'}: {words}" in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+def test_compare_reads_a_report_as_deep_as_json_allows(tmp_path):
+    (tmp_path / "a.json").write_text(DEEP_REPORT)
+    r = fedctl("compare", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["jobs.submitted"] == {"a": 1, "b": 1, "change": 0}
+
+
 def test_status_for_a_person_shows_sites_running_jobs_and_spend(served):
     import time
 

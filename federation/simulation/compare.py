@@ -13,21 +13,29 @@ from federation.errors import FederationError
 def load_report(d: Path) -> dict:
     path = d / "report.json" if d.is_dir() else d
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FederationError(f"{path}: no report.json here; run fedctl simulate --out {d} first") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise FederationError(f"{path}: not a readable report ({e})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise FederationError(f"{path}: not a readable report ({'nested too deeply' if isinstance(e, RecursionError) else e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), dict):
+        raise FederationError(f"{path}: not a simulation report (it has no \"jobs\" figures); fedctl simulate --out DIR writes one")
+    return doc
 
 
-def flatten(doc: dict, prefix: str = "") -> dict[str, float]:
+def flatten(doc: dict) -> dict[str, float]:
+    """Every number of a nested report by its dotted path (walked without recursion: a report is
+    read from a file, and any depth JSON allows must not overflow the stack)."""
     out: dict[str, float] = {}
-    for k, v in doc.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out |= flatten(v, key + ".")
-        elif isinstance(v, int | float) and not isinstance(v, bool):
-            out[key] = v
+    stack = [("", doc)]
+    while stack:
+        prefix, d = stack.pop()
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                stack.append((key + ".", v))
+            elif isinstance(v, int | float) and not isinstance(v, bool):
+                out[key] = v
     return out
 
 
