@@ -134,11 +134,15 @@ def _read_trace(fed, path: Path, fmt: str, qos_queue: list[str] | None, skip_bad
     if fmt == "jsonl":
         return read_jsonl(path, fed, skip_bad_lines)
     if fmt == "openb":
-        mapping = {}
+        mapping: dict[str, str] = {}
         for item in qos_queue or []:
-            k, sep, v = item.partition("=")
-            if not sep:
+            k, sep, v = (x.strip() for x in item.partition("="))
+            if not sep or not k or not v:
                 raise FederationError(f"--qos-queue: {item!r} is not QOS=QUEUE")
+            if k in mapping:
+                raise FederationError(f"--qos-queue: {k} is mapped twice")
+            if v not in fed.leaf_queues:
+                raise FederationError(f"--qos-queue: {item!r}: {v!r} is not a leaf queue; they are {', '.join(fed.leaf_queues)}")
             mapping[k] = v
         return read_openb(path, fed, mapping, skip_bad_lines)
     raise FederationError(f"--trace-format: {fmt!r} is not jsonl or openb")

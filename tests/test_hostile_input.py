@@ -213,3 +213,21 @@ def test_fedctl_simulate_refuses_a_hostile_trace_line_by_its_line(tmp_path, line
     (tmp_path / "t.jsonl").write_text('{"id": "ok", "submit_s": 0, "queue": "research", "tasks": 1, "gpus_per_task": 1, "duration_s": 5}\n' + base + "\n")
     r = fedctl("simulate", "--config", str(tmp_path / "fed.yaml"), "--trace", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "out"), "--no-html")
     assert r.returncode == 2 and f"t.jsonl:2: {words}" in r.stderr, r.stderr[-2000:]
+
+
+OPENB_POD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\np0,1000,1024,1,1000,,LS,Running,0,100,0\n"
+
+
+@pytest.mark.parametrize("mapping, words", [
+    (["=research"], "--qos-queue: '=research' is not QOS=QUEUE"),  # ran, mapping nothing
+    (["LS=nope"], "--qos-queue: 'LS=nope': 'nope' is not a leaf queue"),  # every line refused, one by one
+    (["LS=research,BE=research"], "'research,BE=research' is not a leaf queue"),
+    (["LS=research", "LS=research"], "--qos-queue: LS is mapped twice"),
+])
+def test_fedctl_simulate_refuses_a_qos_mapping_that_names_no_queue(tmp_path, mapping, words):
+    (tmp_path / "fed.yaml").write_text(SIM_CONFIG)
+    (tmp_path / "pods.csv").write_text(OPENB_POD)
+    args = [a for m in mapping for a in ("--qos-queue", m)]
+    r = fedctl("simulate", "--config", str(tmp_path / "fed.yaml"), "--trace", str(tmp_path / "pods.csv"), "--trace-format", "openb",
+               "--out", str(tmp_path / "out"), "--no-html", *args)
+    assert r.returncode == 2 and words in r.stderr and "problems in all" not in r.stderr, r.stderr[-2000:]
