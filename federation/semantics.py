@@ -81,6 +81,13 @@ def _limit(m: schema.ResourceMap | None, key: str) -> float:
     return float("inf") if v is None else v
 
 
+def _units(v: float, key: str) -> float:
+    """`v` in the scheduler's units (milli-GPU, milli-CPU, MiB), rounded as the quota tree holds
+    it: sums are compared there, so ten children of 88.888 GPUs fit a parent of 888.88 exactly
+    as they do in the tree (in floats they sum to 888.8799999)."""
+    return v if v == float("inf") else round(v * (1024 if key == "memory_gib" else 1000))
+
+
 def check_semantics(spec: schema.FederationSpec) -> list[Issue]:
     issues: list[Issue] = []
     try:
@@ -201,11 +208,12 @@ def _check_quota_rules(q: schema.QueueSpec, at: tuple, g: schema.ResourceMap | N
     for key in KEYS:
         gv, cv = _amount(g, key), _limit(c, key)
         dv = getattr(d, key) if d is not None else None
-        if dv is not None and gv > dv:
+        gu, du, cu = _units(gv, key), None if dv is None else _units(dv, key), _units(cv, key)
+        if du is not None and gu > du:
             issues.append(((*at, "guarantee", key), f"guarantee {gv:g} is above deserved {dv:g}"))
-        if dv is not None and dv > cv:
+        if du is not None and du > cu:
             issues.append(((*at, "deserved", key), f"deserved {dv:g} is above capability {cv:g}"))
-        if gv > cv:
+        if gu > cu:
             issues.append(((*at, "guarantee", key), f"guarantee {gv:g} is above capability {cv:g}"))
         if dv is None and gv > 0 and not has_children:
             issues.append(((*at, "deserved", key), f"guarantee {gv:g} needs a deserved of at least as much"))
@@ -246,11 +254,11 @@ def _check_queues(spec: schema.FederationSpec, effective: dict[str, schema.Queue
                 break
             own_g = getattr(e.guarantee, key)  # unset: the children's sum
             total_g = sum(_amount(k.guarantee, key) for k in kids)
-            if own_g is not None and total_g > own_g:
+            if own_g is not None and sum(_units(_amount(k.guarantee, key), key) for k in kids) > _units(own_g, key):
                 issues.append(((*qat, "guarantee", key), f"the children's guarantees sum to {total_g:g}, above this queue's {own_g:g}{suffix}"))
             own_d = getattr(e.deserved, key)
             total_d = sum(_amount(k.deserved, key) for k in kids)
-            if own_d is not None and total_d > own_d:
+            if own_d is not None and sum(_units(_amount(k.deserved, key), key) for k in kids) > _units(own_d, key):
                 issues.append(((*qat, "deserved", key), f"the children's deserved sum to {total_d:g}, above this queue's {own_d:g}{suffix}"))
     if not window:
         issues += _check_cycles(spec, at)

@@ -56,6 +56,22 @@ def test_a_parent_without_deserved_gets_the_sum_of_its_children(example_text):
     assert parse(text).queue("research").deserved.gpu_milli == 56_000
 
 
+def test_children_that_sum_to_their_parent_in_gpus_are_accepted_whatever_floats_make_of_the_sum(tmp_path):
+    # ten children of 88.888 GPUs under 888.88: 888.8799999 in floats, exactly the parent in the
+    # milli-GPUs the quota tree holds; `fedctl validate` refused it as "888.88, above 888.88"
+    kids = "".join(f"  - {{name: k{i}, parent: p, deserved: {{gpu: 88.888}}, guarantee: {{gpu: 0.1}}}}\n" for i in range(10))
+    text = ("federation: {name: f, timezone: UTC}\nsites:\n  - {name: idc, kind: idc, node_groups: "
+            "[{name: g, gpu_model: A100-80GB, gpus_per_node: 8, cpus_per_node: 96, memory_gib_per_node: 512, count: 120}]}\n"
+            "queues:\n  - {name: p, deserved: {gpu: 888.88}, guarantee: {gpu: 1}}\n" + kids)
+    (tmp_path / "f.yaml").write_text(text)
+    r = subprocess.run([sys.executable, "-m", "federation.cli", "validate", str(tmp_path / "f.yaml")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert parse(text).queue("p").deserved.gpu_milli == 888_880
+    over = text.replace("{name: k9, parent: p, deserved: {gpu: 88.888}", "{name: k9, parent: p, deserved: {gpu: 88.889}")
+    with pytest.raises(ConfigError, match="the children's deserved sum to 888.881, above this queue's 888.88"):
+        parse(over)
+
+
 # (what to change in the example, the dotted path the error must name, words the message must carry)
 INVALID = [
     ("an unknown key", ("  timezone: Asia/Shanghai", "  timezone: Asia/Shanghai\n  colour: blue"), "federation.colour", "unknown key"),
