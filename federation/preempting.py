@@ -12,6 +12,7 @@ priorities wait behind it, so partial releases cannot make a preemption loop (Ku
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain
 
 from federation.holds import free_gpu_milli
 from federation.model import (
@@ -23,13 +24,13 @@ from federation.model import (
     TaskPlacement,
 )
 from federation.placement import place_gang
-from federation.preemption import candidates, select_victims
+from federation.preemption import Reclaimable, candidates, reclaimable, select_victims
 
 
 class Preempting:
     """The preemption step of `federation.scheduler._Cycle`, which it is mixed into: it reads
     and writes the cycle's state (`quota`, `cluster`, `stopping`, `freeing`, `victims`,
-    `preemptions`, `pending`, `moving`, `held`, `consolidating`, `wake_at`) as the other steps do."""
+    `preemptions`, `pending`, `moving`, `held`, `consolidating`, `wake_at`, `reclaim_cache`) as the other steps do."""
 
     def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
         """Choose victims for `job` (or see that victims already stopping suffice)."""
@@ -40,17 +41,16 @@ class Preempting:
             if job.id in self.freeing:
                 self._hold_back(job)  # they stop for it (not just for anyone who could use what they free)
             return True
-        pool = list(self.running_by_queue.get(job.queue, ()))
         policy = self.policies.preemption
-        if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None):
-            pool += [r for q, rs in self.running_by_queue.items() if q != job.queue and self.quota.borrowing(q) for r in rs]
-        min_run = policy.reclaim_min_runtime_s
-        found, young = candidates(job, pool, self.quota, set(sites), policy.reclaim, within, self.now - min_run, policy.borrow_within_cohort_max_priority)
+        others = self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
+        found, young = candidates(job, self.running_by_queue.get(job.queue, ()), others, set(self.quota.path(job.queue)), set(sites), within,
+                                  policy.borrow_within_cohort_max_priority)
         if young is not None:  # look again when the first of them has run long enough
-            self.wake_at = min(self.wake_at or float("inf"), young + min_run)
-        cands = [c for c in found if c.job.spec.id not in self.victims]
+            self.wake_at = min(self.wake_at or float("inf"), young + policy.reclaim_min_runtime_s)
+        cands = (c for c in found if c.job.spec.id not in self.victims)
+        first = next(cands, None)
         budget = policy.max_victims_per_cycle - len(self.preemptions)
-        if not cands or budget <= 0:
+        if first is None or budget <= 0:
             return False
 
         def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
@@ -63,7 +63,7 @@ class Preempting:
             gone = sum(v.usage.gpu_milli for v in chosen if v.spec.queue == q) + victim.usage.gpu_milli
             return self.quota.usage[q].gpu_milli - gone >= self.quota.queues[q].deserved.gpu_milli
 
-        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, keeps_share, budget)
+        chosen = select_victims(chain((first,), cands), lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, keeps_share, budget)
         if chosen is None:
             return False
         for c in chosen:
@@ -74,6 +74,16 @@ class Preempting:
         self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
         self._hold_back(job)
         return True
+
+    def _reclaimable(self, sites: list[str]) -> Reclaimable:
+        """The running work reclaim may take on `sites`, once per state of the quota tree: within a
+        cycle only admissions change it (dry runs put back what they take off)."""
+        key = (tuple(sites), len(self.admissions))
+        hit = self.reclaim_cache.get(key)
+        if hit is None:
+            borrowed = (r for q, rs in self.running_by_queue.items() if self.quota.borrowing(q) for r in rs)
+            hit = self.reclaim_cache[key] = reclaimable(borrowed, set(sites), self.now - self.policies.preemption.reclaim_min_runtime_s)
+        return hit
 
     def _hold_back(self, job: JobSpec) -> None:
         """While a job waits for its victims, its queue's lower priorities wait behind it. The

@@ -44,6 +44,7 @@ from federation.model import (
 )
 from federation.placement import capacity_for, place_gang
 from federation.preempting import Preempting
+from federation.preemption import Reclaimable
 from federation.quota import QuotaTree
 from policies.placement import Strategy, make_strategy, workload_mix
 
@@ -154,6 +155,7 @@ class _Cycle(Preempting):
         self.moving = {j: v for j, v in snap.moving.items() if v[1] > now}
         self.held: list[tuple[JobSpec, tuple[TaskPlacement, ...]]] = []  # movers' places applied for this cycle only
         self.preemptor_priority: dict[str, int] = {}  # queue -> the highest priority among its jobs waiting for their victims
+        self.reclaim_cache: dict[tuple, Reclaimable] = {}  # (sites, admissions so far) -> what reclaim may take there
 
     # Indexes of the running jobs, built only when a cycle first considers preemption: most
     # cycles never do, and with tens of thousands of running jobs they would dominate.
