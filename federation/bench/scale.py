@@ -7,47 +7,44 @@ second), then incremental cycles that bring 100 new jobs into that state (p50 / 
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import time
 
-from federation import schema
-from federation.model import (
-    Federation,
-    JobSpec,
-    Node,
-    NodeGroup,
-    PriorityClass,
-    Queue,
-    Resources,
-    RunningJob,
-    Site,
-)
+from federation.config import parse
+from federation.model import Federation, JobSpec, Node, Resources, RunningJob
 from federation.scheduler import CycleState, Snapshot, incremental_pending, schedule
 
 GPU_SIZES = (1, 1, 1, 2, 2, 4, 8, 8, 16, 32, 64)  # whole-GPU gang sizes, small ones most common
 
 
 def build(queues_top: int = 10, mid: int = 9, leaves: int = 10, nodes: int = 10_000, sites: int = 3) -> Federation:
-    unl = Resources.unlimited()
-    total_gpu = nodes * 8
-    n_leaves = queues_top * mid * leaves
-    per_leaf = total_gpu * 1000 // n_leaves
-    qs: list[Queue] = []
+    """The federation, read from a config as a user's is: quotas name GPUs alone (as in the
+    canonical example), so CPUs and memory are the nodes' to limit, not the queues' to borrow.
+    (Until 2026-12-07 the bench built its queues by hand with 0 CPUs and memory deserved, which
+    no config gives: every job borrowed, and fair share ran on CPU shares.)"""
+    per_leaf = nodes * 8000 // (queues_top * mid * leaves)  # milli-GPU: the sums below stay exact
 
-    def queue(name, parent, deserved_milli, guarantee_milli=0):
-        qs.append(Queue(name, parent, Resources(guarantee_milli, 0, 0), Resources(deserved_milli, 0, 0), unl, unl, unl, 1.0, None, False))
+    def queue(name: str, parent: str | None, deserved_milli: int, guarantee: bool = False) -> dict:
+        q = {"name": name, "deserved": {"gpu": deserved_milli / 1000}}
+        if parent:
+            q["parent"] = parent
+        if guarantee:  # one GPU, or all it deserves where the federation is tiny
+            q["guarantee"] = {"gpu": min(1000, deserved_milli) / 1000}
+        return q
 
+    qs = []
     for t in range(queues_top):
-        queue(f"t{t}", None, per_leaf * mid * leaves)
+        qs.append(queue(f"t{t}", None, per_leaf * mid * leaves))
         for m in range(mid):
-            queue(f"t{t}m{m}", f"t{t}", per_leaf * leaves)
-            for leaf in range(leaves):
-                queue(f"t{t}m{m}l{leaf}", f"t{t}m{m}", per_leaf, guarantee_milli=0 if leaf else 1000)
-    groups = [NodeGroup("g", f"site{s}", "A100-80GB", 8, Resources.of(8, 96, 1024), nodes // sites) for s in range(sites)]
-    site_objs = tuple(Site(g.site, "idc", None, None, (g,)) for g in groups)
-    policies = schema.PoliciesSection(placement=schema.PlacementPolicy(strategy="fragmentation-aware"))
-    return Federation("bench", "UTC", schema.ApiSection(), {}, (PriorityClass("normal", 100, default=True),), site_objs, tuple(qs), policies)
+            qs.append(queue(f"t{t}m{m}", f"t{t}", per_leaf * leaves))
+            qs += [queue(f"t{t}m{m}l{leaf}", f"t{t}m{m}", per_leaf, guarantee=leaf == 0) for leaf in range(leaves)]
+    group = {"name": "g", "gpu_model": "A100-80GB", "gpus_per_node": 8, "cpus_per_node": 96, "memory_gib_per_node": 1024, "count": nodes // sites}
+    doc = {"federation": {"name": "bench", "timezone": "UTC"}, "sites": [{"name": f"site{s}", "kind": "idc", "node_groups": [group]} for s in range(sites)],
+           "priority_classes": [{"name": "normal", "value": 100, "default": True}], "queues": qs,
+           "policies": {"placement": {"strategy": "fragmentation-aware"}}}
+    return parse(json.dumps(doc), "<bench>")
 
 
 def node_list(fed: Federation, racks: int = 40) -> list[Node]:
