@@ -413,7 +413,7 @@ def tidal_preview(
     fed = load_config(config)
     tz = ZoneInfo(fed.timezone)
     today = datetime.now(tz).replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
-    t0 = parse_start(start) or today + timedelta(days=(7 - today.weekday()) % 7 or 7)  # the next Monday, 00:00
+    t0 = parse_start(start, "--from") or today + timedelta(days=(7 - today.weekday()) % 7 or 7)  # the next Monday, 00:00
     t0 = t0.replace(tzinfo=tz) if t0.tzinfo is None else t0.astimezone(tz)
     rows = []
     for h in range(hours):

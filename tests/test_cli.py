@@ -39,6 +39,11 @@ def test_an_unreachable_controller_exits_3_and_bad_input_exits_2_in_one_unwrappe
     assert fedctl("validate", str(tmp_path / "bad.yaml")).returncode == 2
 
 
+def test_tidal_preview_names_its_own_option_when_the_start_is_not_a_time():
+    r = fedctl("tidal", "preview", "--config", str(CONFIGS / "idc-aws-gcp.yaml"), "--from", "2026-02-30T00:00")
+    assert r.returncode == 2 and "--from: '2026-02-30T00:00' is not an ISO 8601 time" in r.stderr, r.stderr  # it said --start
+
+
 def test_tidal_preview_starts_on_the_next_monday_by_default():
     fed = parse((CONFIGS / "idc-aws-gcp.yaml").read_text())
     r = fedctl("tidal", "preview", "--config", str(CONFIGS / "idc-aws-gcp.yaml"), "--hours", "1", "--json")

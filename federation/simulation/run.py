@@ -45,10 +45,10 @@ def simulate(fed: Federation, trace: Trace, out: Path | None, options: SimOption
     return report, res
 
 
-def parse_start(text: str | None) -> datetime | None:
+def parse_start(text: str | None, option: str = "--start") -> datetime | None:
     if text is None:
         return None
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        raise FederationError(f"--start: {text!r} is not an ISO 8601 time such as 2026-01-05T00:00") from None
+        raise FederationError(f"{option}: {text!r} is not an ISO 8601 time such as 2026-01-05T00:00") from None
