@@ -23,7 +23,7 @@ from federation.model import (
     RunningJob,
     TaskPlacement,
 )
-from federation.placement import place_gang
+from federation.placement import capacity_for, place_gang
 from federation.preemption import Reclaimable, candidates, reclaimable, select_victims
 
 
@@ -177,17 +177,35 @@ class Preempting:
             for v in movers:
                 self.cluster.apply(v.spec, v.placements)
 
+    def _might_fit_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
+        """An upper bound, without taking anything off: could some site hold the gang's GPUs with
+        every GPU the gone jobs hold back? First by the site's total; then node by node, since a
+        task's GPUs are on one node (the tasks that fit now, plus what each of the gone jobs'
+        nodes would hold with their GPUs back): victims scattered one GPU here and there free no
+        node for a 4-GPU task, and each dry run to find that out took their quota and nodes off."""
+        per, tasks = job.per_task.gpu_milli, job.min_tasks or job.tasks
+        freed: dict[str, int] = {}
+        for v in gone:
+            freed[v.site] = freed.get(v.site, 0) + v.usage.gpu_milli
+        free = self.cluster.site_free_milli
+        sites = [s for s in sites if free.get(s, 0) + freed.get(s, 0) >= per * tasks]
+        if not sites:
+            return False
+        on_node: dict[str, int] = {}
+        for v in gone:
+            for p in v.placements:
+                on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
+        nodes = self.cluster.nodes
+        for s in sites:
+            extra = sum((nodes[n].free_gpu_milli + g) // per for n, g in on_node.items() if n in nodes and nodes[n].node.site == s)
+            if extra + capacity_for(self.cluster, s, job) >= tasks:
+                return True
+        return False
+
     def _fits_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
         """Would `job` pass quota and place if the `gone` jobs had stopped? (State is restored.)"""
-        if job.mig_profile is None and job.per_task.gpu_milli:
-            # Not even with every GPU the gone jobs hold on some site (an upper bound of what they
-            # free there) would the site have the gang's GPUs: no need to take them off and look.
-            freed: dict[str, int] = {}
-            for v in gone:
-                freed[v.site] = freed.get(v.site, 0) + v.usage.gpu_milli
-            need, free = job.per_task.gpu_milli * (job.min_tasks or job.tasks), self.cluster.site_free_milli
-            if all(free.get(s, 0) + freed.get(s, 0) < need for s in sites):
-                return False
+        if job.mig_profile is None and job.per_task.gpu_milli and not self._might_fit_without(job, sites, gone):
+            return False
         for v in gone:
             self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
             self.cluster.apply(v.spec, v.placements, -1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from federation.errors import JobRejected, SnapshotError
@@ -336,3 +338,32 @@ def test_the_borrowed_work_reclaim_may_take_is_listed_once_for_every_job_that_we
     plan = schedule(snapshot(f, pending=pending, running=running), 50)
     assert not plan.preemptions and not plan.admissions and all(j.id in plan.pending for j in pending)
     assert len(calls) <= 11, f"{len(calls)} quota lookups for 10 jobs weighing reclaim over 48 running gangs of 11 queues"
+
+
+def _scattered(f):
+    """48 one-GPU jobs of queue b on 6 nodes of 8, started so that the latest (reclaim's first
+    victims) are one per node: a node is free only once nearly all of them are gone."""
+    running = start_all(f, [job(f"b{i:02d}", "b", gpus=1, submit=i) for i in range(48)])
+    return [replace(r, started_s=float(int(r.spec.id[1:]) % 8 * 6 + int(r.spec.id[1:]) // 8)) for r in running]
+
+
+def test_victims_scattered_one_gpu_a_node_are_not_dry_run_until_a_node_could_hold_the_task(monkeypatch):
+    # b may lose only its 40 borrowed GPUs, never a whole node of the 8 it holds there: no victims
+    # free a node for the 8-GPU task. Each victim added was tried by taking all the chosen ones
+    # off the quota tree and the nodes and placing the task: 1,632 quota updates for nothing.
+    f = fed([q("b", deserved=8), q("l", deserved=40)], [site("idc", count=6)], max_victims=48)
+    running = _scattered(f)
+    calls = []
+    real = QuotaTree.add
+    monkeypatch.setattr(QuotaTree, "add", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    plan = schedule(snapshot(f, pending=[job("want", "l", gpus=8, submit=100)], running=running), 50)
+    assert not plan.preemptions and plan.pending["want"].code != "WaitingForReclaim"
+    assert len(calls) <= 100, f"{len(calls)} quota updates"
+
+
+def test_scattered_victims_still_free_the_one_node_the_task_needs():
+    f = fed([q("b", deserved=0), q("l", deserved=48)], [site("idc", count=6)], max_victims=48)
+    running = _scattered(f)
+    plan = schedule(snapshot(f, pending=[job("want", "l", gpus=8, submit=100)], running=running), 50)
+    victims = [r for r in running if r.spec.id in preempted(plan)]
+    assert len(victims) == 8 and {p.node for r in victims for p in r.placements} == {"idc-5"}  # the fewest: one node's
