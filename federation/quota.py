@@ -49,6 +49,9 @@ class QuotaTree:
                     raise SnapshotError(f"queue {q.name!r} has unknown parent {q.parent!r}")
                 self.children[q.parent].append(q.name)
         self.tops = [q.name for q in queues if q.parent is None]
+        # per queue, (capability, deserved, deserved + borrowing limit) as plain integers: `check`
+        # runs for every job of every cycle, tens of thousands a cycle at scale
+        self._limits = {q.name: tuple(x.as_tuple() for x in (q.capability, q.deserved, q.deserved + q.borrowing_limit)) for q in queues}
         self._paths = {q.name: self._path(q.name) for q in queues}
         self._top_down = {n: p[::-1] for n, p in self._paths.items()}
         self.usage: dict[str, Resources] = {q.name: Resources() for q in queues}
@@ -130,22 +133,25 @@ class QuotaTree:
         still borrow for a non-preemptible job while preemptible work of its own (or of its
         siblings) is what stands above the share."""
         borrowing, refused = False, None
+        rg, rc, rm = r.gpu_milli, r.cpu_milli, r.memory_mib
         for a in self._paths[leaf]:
             q = self.queues[a]
             if q.max_running_jobs is not None and self.jobs[a] >= q.max_running_jobs:
                 return Verdict(False, code="MaxRunningJobs", message=f"queue {a!r} runs {self.jobs[a]} jobs, its max_running_jobs")
-            after = self.usage[a] + r
-            if not after.fits_in(q.capability):
-                return Verdict(False, code="ExceedsCapability", message=f"queue {a!r} would use {after} above its capability {q.capability}",
-                               free=(q.capability - self.usage[a]).clip0())
-            if not after.fits_in(q.deserved):
+            u = self.usage[a]
+            ag, ac, am = u.gpu_milli + rg, u.cpu_milli + rc, u.memory_mib + rm
+            (cg, cc, cm), (dg, dc, dm), (bg, bc, bm) = self._limits[a]
+            if ag > cg or ac > cc or am > cm:
+                return Verdict(False, code="ExceedsCapability", message=f"queue {a!r} would use {u + r} above its capability {q.capability}",
+                               free=(q.capability - u).clip0())
+            if ag > dg or ac > dc or am > dm:
                 borrowing = True
-                if not after.fits_in(q.deserved + q.borrowing_limit):
+                if ag > bg or ac > bc or am > bm:
                     return Verdict(False, borrowing=True, code="WaitingForQuota",
                                    message=f"queue {a!r} would borrow above its borrowing limit {q.borrowing_limit}",
-                                   free=(q.deserved + q.borrowing_limit - self.usage[a]).clip0())
+                                   free=(q.deserved + q.borrowing_limit - u).clip0())
             if not preemptible and refused is None and not (fixed := self.fixed[a] + r).fits_in(q.deserved):
-                refused = Verdict(False, borrowing=not after.fits_in(q.deserved), code="NonPreemptibleOverQuota",
+                refused = Verdict(False, borrowing=ag > dg or ac > dc or am > dm, code="NonPreemptibleOverQuota",
                                   message=f"queue {a!r} would run {fixed} of non-preemptible work, above its deserved {q.deserved}: "
                                           "what a queue uses above its share must stay reclaimable",
                                   free=(q.deserved - self.fixed[a]).clip0())
@@ -153,7 +159,8 @@ class QuotaTree:
             return refused
         # Guarantees and lending limits of others bind only while the job would physically fit;
         # beyond the nodes' capacity it is the placement's call (wait, reclaim, burst).
-        physical = (self.root_usage + r).fits_in(self.capacity)
+        ru, cap = self.root_usage, self.capacity
+        physical = ru.gpu_milli + rg <= cap.gpu_milli and ru.cpu_milli + rc <= cap.cpu_milli and ru.memory_mib + rm <= cap.memory_mib
         if physical and not self._root_held_after(leaf, r).fits_in(self.capacity):
             return Verdict(False, borrowing=borrowing, pool=True, code="WaitingForQuota",
                            message="the federation's capacity is held by other queues' usage and guarantees",
