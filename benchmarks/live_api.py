@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -109,9 +108,9 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *_: print
 
 
 def client_ceiling(measured: int, clients: int) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from federation.runtime.localray import free_port
+
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-c", NULL_SERVER, str(port)], stdout=subprocess.PIPE, text=True)
     try:
         server.stdout.readline()
