@@ -12,7 +12,6 @@ priorities wait behind it, so partial releases cannot make a preemption loop (Ku
 from __future__ import annotations
 
 from dataclasses import replace
-from itertools import chain
 
 from federation.holds import free_gpu_milli
 from federation.model import (
@@ -48,10 +47,7 @@ class Preempting:
         if young is not None:  # look again when the first of them has run long enough
             self.wake_at = min(self.wake_at or float("inf"), young + policy.reclaim_min_runtime_s)
         cands = (c for c in found if c.job.spec.id not in self.victims)
-        first = next(cands, None)
-        budget = policy.max_victims_per_cycle - len(self.preemptions)
-        if first is None or budget <= 0:
-            return False
+        budget = policy.max_victims_per_cycle - len(self.preemptions)  # none left, or no candidates: select_victims finds none
 
         def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
             q = victim.spec.queue
@@ -63,7 +59,7 @@ class Preempting:
             gone = sum(v.usage.gpu_milli for v in chosen if v.spec.queue == q) + victim.usage.gpu_milli
             return self.quota.usage[q].gpu_milli - gone >= self.quota.queues[q].deserved.gpu_milli
 
-        chosen = select_victims(chain((first,), cands), lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, keeps_share, budget)
+        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, keeps_share, budget)
         if chosen is None:
             return False
         for c in chosen:
@@ -184,17 +180,16 @@ class Preempting:
         nodes would hold with their GPUs back): victims scattered one GPU here and there free no
         node for a 4-GPU task, and each dry run to find that out took their quota and nodes off."""
         per, tasks = job.per_task.gpu_milli, job.min_tasks or job.tasks
-        freed: dict[str, int] = {}
+        freed: dict[str, int] = {}  # by site
+        on_node: dict[str, int] = {}
         for v in gone:
             freed[v.site] = freed.get(v.site, 0) + v.usage.gpu_milli
+            for p in v.placements:
+                on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
         free = self.cluster.site_free_milli
         sites = [s for s in sites if free.get(s, 0) + freed.get(s, 0) >= per * tasks]
         if not sites:
             return False
-        on_node: dict[str, int] = {}
-        for v in gone:
-            for p in v.placements:
-                on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
         nodes = self.cluster.nodes
         for s in sites:
             extra = sum((nodes[n].free_gpu_milli + g) // per for n, g in on_node.items() if n in nodes and nodes[n].node.site == s)
