@@ -29,7 +29,7 @@ from federation.preemption import Reclaimable, candidates, reclaimable, select_v
 class Preempting:
     """The preemption step of `federation.scheduler._Cycle`, which it is mixed into: it reads
     and writes the cycle's state (`quota`, `cluster`, `stopping`, `freeing`, `victims`,
-    `preemptions`, `pending`, `moving`, `held`, `consolidating`, `wake_at`, `reclaim_cache`) as the other steps do."""
+    `preemptions`, `pending`, `moving`, `held`, `consolidating`, `wake_at`, `index`) as the other steps do."""
 
     def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
         """Choose victims for `job` (or see that victims already stopping suffice)."""
@@ -42,8 +42,8 @@ class Preempting:
             return True
         policy = self.policies.preemption
         others = self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
-        found, young = candidates(job, self.running_by_queue.get(job.queue, ()), others, set(self.quota.path(job.queue)), set(sites), within,
-                                  policy.borrow_within_cohort_max_priority)
+        found, young = candidates(job, self.index.by_queue.get(job.queue, ()), others, set(self.quota.path(job.queue)), set(sites), within,
+                                  policy.borrow_within_cohort_max_priority, self.now - policy.reclaim_min_runtime_s)
         if young is not None:  # look again when the first of them has run long enough
             self.wake_at = min(self.wake_at or float("inf"), young + policy.reclaim_min_runtime_s)
         cands = (c for c in found if c.job.spec.id not in self.victims)
@@ -75,10 +75,10 @@ class Preempting:
         """The running work reclaim may take on `sites`, once per state of the quota tree: within a
         cycle only admissions change it (dry runs put back what they take off)."""
         key = (tuple(sites), len(self.admissions))
-        hit = self.reclaim_cache.get(key)
+        hit = self.index.reclaim.get(key)
         if hit is None:
-            borrowed = (r for q, rs in self.running_by_queue.items() if self.quota.borrowing(q) for r in rs)
-            hit = self.reclaim_cache[key] = reclaimable(borrowed, set(sites), self.now - self.policies.preemption.reclaim_min_runtime_s)
+            borrowed = (r for q, rs in self.index.by_queue.items() if self.quota.borrowing(q) for r in rs)
+            hit = self.index.reclaim[key] = reclaimable(borrowed, set(sites))
         return hit
 
     def _hold_back(self, job: JobSpec) -> None:

@@ -12,6 +12,7 @@ victim gang is always preempted whole; non-preemptible jobs never are.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -28,23 +29,39 @@ class Candidate:
 class Reclaimable:
     """Running gangs of queues above their deserved share, on some sites: the victims reclaim
     may take, whoever reclaims. The same for every job that weighs reclaim until the quota tree
-    changes, so the cycle builds it once for them all (each job listing and sorting every
-    running gang made an incremental cycle at 8,500 running take half a second)."""
+    or the running jobs change, so it is built once for them all (each job listing and sorting
+    every running gang made an incremental cycle at 8,500 running take half a second), and kept
+    across cycles while nothing changes (`RunningIndex`): which are too young to take is asked
+    at each cycle's time."""
 
     ordered: list[RunningJob]  # best victim first: lowest priority, then least run time lost, then fewest GPUs
-    young: list[RunningJob]  # started after `reclaimable_from` (too young to reclaim yet), earliest first
+    by_start: list[RunningJob]  # earliest start first
+    starts: list[float]  # their starts, to bisect
 
 
-def reclaimable(running: Iterable[RunningJob], sites: set[str], reclaimable_from: float = float("inf")) -> Reclaimable:
+def reclaimable(running: Iterable[RunningJob], sites: set[str]) -> Reclaimable:
     """`running`: the jobs of the queues that borrow now."""
-    ordered, young = [], []
-    for r in running:
-        if r.preempting or not r.spec.preemptible or r.site not in sites:
-            continue
-        (young if r.started_s > reclaimable_from else ordered).append(r)
+    ordered = [r for r in running if not r.preempting and r.spec.preemptible and r.site in sites]
+    by_start = sorted(ordered, key=lambda r: r.started_s)
     ordered.sort(key=_victim_order)
-    young.sort(key=lambda r: r.started_s)
-    return Reclaimable(ordered, young)
+    return Reclaimable(ordered, by_start, [r.started_s for r in by_start])
+
+
+class RunningIndex:
+    """What preemption derives from the running jobs: by queue, and what reclaim may take per set
+    of sites. A `CycleState` keeps it from cycle to cycle while the running jobs are the same
+    tuple and the quota tree has not changed (the simulator's running tuple is one object until
+    a job starts, stops or changes): rebuilt for each incremental cycle, it was half of one."""
+
+    def __init__(self, running: tuple[RunningJob, ...], quota: object, changes: int):
+        self.running, self.quota, self.changes = running, quota, changes
+        self.by_queue: dict[str, list[RunningJob]] = {}
+        for r in running:
+            self.by_queue.setdefault(r.spec.queue, []).append(r)
+        self.reclaim: dict[tuple, Reclaimable] = {}  # (sites, admissions so far in the cycle) -> what reclaim may take there
+
+    def holds_for(self, running: tuple[RunningJob, ...], quota: object, changes: int) -> bool:
+        return running is self.running and quota is self.quota and changes == self.changes
 
 
 def _victim_order(r: RunningJob) -> tuple:
@@ -52,12 +69,12 @@ def _victim_order(r: RunningJob) -> tuple:
 
 
 def candidates(job: JobSpec, own: Sequence[RunningJob], others: Reclaimable | None, own_path: set[str], sites: set[str], within_deserved: bool,
-               borrow_max_priority: int | None = None) -> tuple[Iterator[Candidate], float | None]:
+               borrow_max_priority: int | None = None, reclaimable_from: float = float("inf")) -> tuple[Iterator[Candidate], float | None]:
     """Running gangs that `job` may displace, best victim first (lazily: victims are chosen from
-    the front); and, when reclaim passed over jobs too young to reclaim, the earliest start among
-    them. `own`: its queue's running jobs; `others`: what reclaim may take (None: no reclaim).
-    `borrow_max_priority`: lets a job that would borrow take others' borrowed work below its
-    priority and at most this one."""
+    the front); and, when reclaim passed over jobs too young to reclaim (started after
+    `reclaimable_from`), the earliest start among them. `own`: its queue's running jobs;
+    `others`: what reclaim may take (None: no reclaim). `borrow_max_priority`: lets a job that
+    would borrow take others' borrowed work below its priority and at most this one."""
 
     def kind(r: RunningJob) -> str | None:
         if r.spec.queue in own_path:
@@ -69,11 +86,14 @@ def candidates(job: JobSpec, own: Sequence[RunningJob], others: Reclaimable | No
         return None
 
     lower = sorted((r for r in own if not r.preempting and r.spec.preemptible and r.site in sites and r.spec.priority < job.priority), key=_victim_order)
-    young = next((r.started_s for r in others.young if kind(r)), None) if others else None
+    young = None
+    if others:
+        by_start = others.by_start
+        young = next((by_start[i].started_s for i in range(bisect_right(others.starts, reclaimable_from), len(by_start)) if kind(by_start[i])), None)
 
     def ordered() -> Iterator[Candidate]:
         for r in others.ordered if others else ():
-            if (k := kind(r)) is not None:
+            if r.started_s <= reclaimable_from and (k := kind(r)) is not None:
                 yield Candidate(r, k)
         for r in lower:  # after all borrowed work: a queue's own lower priorities go last
             yield Candidate(r, "Priority")

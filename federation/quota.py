@@ -62,6 +62,7 @@ class QuotaTree:
         # usage changes per top-level queue: a fair-share key (a function of the usage in its
         # top-level queue's subtree) computed at the same version still holds
         self.versions: dict[str, int] = dict.fromkeys(self.tops, 0)
+        self.changes = 0  # every usage change, dry runs' too: what is derived from usage holds while it stands
         self.reserve = {q.name: reserve_of(q) for q in queues}
         self.held: dict[str, Resources] = {}
         self.kids_held: dict[str, Resources] = {}  # sum of held over the children, per parent
@@ -102,6 +103,7 @@ class QuotaTree:
     def add(self, leaf: str, r: Resources, sign: int = 1, preemptible: bool = True) -> None:
         """One job's usage `r` starts (sign 1) or ends (-1) in `leaf`."""
         self.versions[self._paths[leaf][-1]] += 1
+        self.changes += 1
         delta = r.times(sign)
         self.root_usage = self.root_usage + delta
         for a in self._paths[leaf]:

@@ -44,7 +44,7 @@ from federation.model import (
 )
 from federation.placement import capacity_for, place_gang
 from federation.preempting import Preempting
-from federation.preemption import Reclaimable
+from federation.preemption import RunningIndex
 from federation.quota import QuotaTree
 from policies.placement import Strategy, make_strategy, workload_mix
 
@@ -83,6 +83,7 @@ class CycleState:
     cluster: ClusterState
     quota: QuotaTree
     strategy: Strategy  # kept across cycles, so its per-state score cache is too
+    index: RunningIndex | None = None  # kept while the running jobs and the quota tree stay as they are
 
     @staticmethod
     def build(snap: Snapshot, strategy: Strategy | None = None) -> CycleState:
@@ -155,7 +156,7 @@ class _Cycle(Preempting):
         self.moving = {j: v for j, v in snap.moving.items() if v[1] > now}
         self.held: list[tuple[JobSpec, tuple[TaskPlacement, ...]]] = []  # movers' places applied for this cycle only
         self.preemptor_priority: dict[str, int] = {}  # queue -> the highest priority among its jobs waiting for their victims
-        self.reclaim_cache: dict[tuple, Reclaimable] = {}  # (sites, admissions so far) -> what reclaim may take there
+        self.state = state
 
     # Indexes of the running jobs, built only when a cycle first considers preemption: most
     # cycles never do, and with tens of thousands of running jobs they would dominate.
@@ -180,11 +181,13 @@ class _Cycle(Preempting):
         return out
 
     @cached_property
-    def running_by_queue(self) -> dict[str, list[RunningJob]]:
-        out: dict[str, list[RunningJob]] = {}
-        for r in self.running:
-            out.setdefault(r.spec.queue, []).append(r)
-        return out
+    def index(self) -> RunningIndex:
+        """The running jobs by queue, and what reclaim may take: the last cycle's, if it admitted
+        nothing and nothing has changed since."""
+        state, quota = self.state, self.quota
+        if state.index is None or not state.index.holds_for(self.running, quota, quota.changes):
+            state.index = RunningIndex(self.running, quota, quota.changes)
+        return state.index
 
     def run(self) -> Plan:
         try:
@@ -192,6 +195,16 @@ class _Cycle(Preempting):
         finally:
             for spec, placements in self.held:
                 self.cluster.apply(spec, placements, -1)
+            if "index" in self.__dict__:  # looked at this cycle
+                self._keep_index()
+
+    def _keep_index(self) -> None:
+        """Dry runs put back what they took but count as changes: the index still holds unless
+        something was admitted (and then the next cycle's running jobs differ anyway)."""
+        if self.admissions:
+            self.state.index = None
+        else:
+            self.index.changes = self.quota.changes
 
     def _run(self) -> Plan:
         # Jobs that cloud nodes were bought for start on them first: that capacity is theirs, and

@@ -10,7 +10,7 @@ from federation.errors import JobRejected, SnapshotError
 from federation.feasibility import check_job
 from federation.model import Node, RunningJob, TaskPlacement
 from federation.quota import QuotaTree
-from federation.scheduler import schedule
+from federation.scheduler import CycleState, schedule
 
 from .builders import (
     admitted,
@@ -367,3 +367,51 @@ def test_scattered_victims_still_free_the_one_node_the_task_needs():
     plan = schedule(snapshot(f, pending=[job("want", "l", gpus=8, submit=100)], running=running), 50)
     victims = [r for r in running if r.spec.id in preempted(plan)]
     assert len(victims) == 8 and {p.node for r in victims for p in r.placements} == {"idc-5"}  # the fewest: one node's
+
+
+def _lenders_and_a_borrower(min_runtime_s: float = 0.0):
+    """b borrows 44 of the 48 GPUs (48 one-GPU jobs); l0..l9 lend 4 each, l10 8."""
+    f = fed([q("b", deserved=4), *(q(f"l{i}", deserved=4) for i in range(10)), q("l10", deserved=8)], [site("idc", count=6)], max_victims=16)
+    preemption = f.policies.preemption.model_copy(update={"reclaim_min_runtime_s": min_runtime_s})
+    f = replace(f, policies=f.policies.model_copy(update={"preemption": preemption}))
+    return f, tuple(start_all(f, [job(f"b{i:02d}", "b", gpus=1, submit=i) for i in range(48)]))
+
+
+def test_cycles_in_which_only_jobs_arrived_keep_the_list_of_what_reclaim_may_take(monkeypatch):
+    # The simulator keeps one CycleState across cycles. Each incremental cycle listed and sorted
+    # the borrowed work again: at 8,570 running, half of such a cycle's time.
+    f, running = _lenders_and_a_borrower()
+    f = replace(f, policies=f.policies.model_copy(update={"preemption": f.policies.preemption.model_copy(update={"max_victims_per_cycle": 2})}))
+    first = snapshot(f, running=running, pending=[job("w0", "l0", gpus=4, submit=100)])
+    state = CycleState.build(first)
+    schedule(first, 50, state)
+    calls = []
+    real = QuotaTree.borrowing
+    monkeypatch.setattr(QuotaTree, "borrowing", lambda self, leaf: calls.append(leaf) or real(self, leaf))
+    for i in range(1, 10):  # each would need 4 victims and may take 2: nothing changes
+        plan = schedule(snapshot(f, running=running, pending=[job(f"w{i}", f"l{i}", gpus=4, submit=100 + i)]), 50 + i, state)
+        assert not plan.preemptions and not plan.admissions and plan.pending[f"w{i}"].code == "WaitingForCapacity"
+    assert calls == [], f"{len(calls)} quota lookups in 9 cycles that changed nothing"
+
+
+def test_a_borrower_too_young_to_reclaim_is_reclaimed_once_it_has_run_its_minimum_with_the_kept_list():
+    f, running = _lenders_and_a_borrower(min_runtime_s=600)
+    want = job("w", "l0", gpus=4, submit=100)
+    state = CycleState.build(snapshot(f, running=running))
+    plan = schedule(snapshot(f, running=running, pending=[want]), 100, state)
+    assert not plan.preemptions and plan.wake_at_s == 600
+    plan = schedule(snapshot(f, running=running, pending=[want]), 600, state)
+    assert len(plan.preemptions) == 4 and {p.reason for p in plan.preemptions} == {"Reclaim"}
+
+
+def test_victims_already_stopping_are_not_chosen_again_by_a_later_cycle_that_keeps_its_state():
+    f, running = _lenders_and_a_borrower()
+    state = CycleState.build(snapshot(f, running=running))
+    plan = schedule(snapshot(f, running=running, pending=[job("w0", "l0", gpus=4, submit=100)]), 50, state)
+    first = preempted(plan)
+    assert len(first) == 4
+    # the shell marks them stopping: the running tuple changes, the quota tree does not
+    stopping = tuple(mark_preempting(list(running), first))
+    flagged = tuple(r for r in stopping if r.preempting)
+    plan = schedule(snapshot(f, running=stopping, stopping=flagged, pending=[job("w1", "l10", gpus=8, submit=101)]), 51, state)
+    assert plan.preemptions and not preempted(plan) & first, "a victim already stopping was chosen again"
