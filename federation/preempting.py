@@ -11,7 +11,9 @@ priorities wait behind it, so partial releases cannot make a preemption loop (Ku
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
+from functools import cached_property
 
 from federation.holds import free_gpu_milli
 from federation.model import (
@@ -29,16 +31,17 @@ from federation.preemption import Reclaimable, candidates, reclaimable, select_v
 class Preempting:
     """The preemption step of `federation.scheduler._Cycle`, which it is mixed into: it reads
     and writes the cycle's state (`quota`, `cluster`, `stopping`, `freeing`, `victims`,
-    `preemptions`, `pending`, `moving`, `held`, `consolidating`, `wake_at`, `index`) as the other steps do."""
+    `preemptions`, `pending`, `pipelined`, `moving`, `held`, `consolidating`, `wake_at`, `index`) as the other steps do."""
 
     def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
         """Choose victims for `job` (or see that victims already stopping suffice)."""
         within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
         stopping = self.stopping
-        if stopping and self._fits_without(job, sites, stopping):
+        if stopping and self._fits_without(job, sites, []):
             self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(stopping)} preempted job(s) are stopping within their grace period", job.request())
             if job.id in self.freeing:
                 self._hold_back(job)  # they stop for it (not just for anyone who could use what they free)
+            self._pipeline(job, [])
             return True
         policy = self.policies.preemption
         others = self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
@@ -59,17 +62,100 @@ class Preempting:
             gone = sum(v.usage.gpu_milli for v in chosen if v.spec.queue == q) + victim.usage.gpu_milli
             return self.quota.usage[q].gpu_milli - gone >= self.quota.queues[q].deserved.gpu_milli
 
-        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, stopping + vs), still_borrowing, keeps_share, budget)
+        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, vs), still_borrowing, keeps_share, budget)
         if chosen is None:
             return False
+        self._pipeline(job, [c.job for c in chosen])
         for c in chosen:
             self.victims.add(c.job.spec.id)
-            self.stopping.append(c.job)
             self.freeing.setdefault(job.id, set()).update(p.node for p in c.job.placements)
             self.preemptions.append(Preemption(c.job.spec.id, c.reason, for_job=job.id))
         self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
         self._hold_back(job)
         return True
+
+    @cached_property
+    def pipelined(self) -> list[JobSpec]:
+        """Jobs that wait for capacity being freed (by their own victims, or by others' that free
+        enough for them too), in the order they claimed it: earlier cycles' preemptors first. In
+        a dry run each takes its part of what is freed before the job weighed does (those after
+        that job counted on its part being taken), as KAI pipelines a job onto releasing
+        capacity. Without it, of ten queues reclaiming from one borrower, each counted the first
+        one's victims as enough for itself too and waited: one reclaim per grace period."""
+        specs = {j.id: j for j in self.snap.pending}
+        return [specs[j] for j in self.freeing if j in specs]
+
+    #: (job, site, placements) of the last dry run `job` passed (`_fits_without`)
+    last_fit: tuple[str, str, list[TaskPlacement]] | None = None
+
+    def _pipeline(self, job: JobSpec, victims: list[RunningJob]) -> None:
+        """`job` takes its part of what is being freed, where its last dry run placed it; its
+        `victims` (if any) stop. The state the next job counts on follows from the last one's
+        without a dry run: each of many preemptors in a cycle redid every one before it."""
+        if any(j.id == job.id for j in self.pipelined):  # an earlier cycle's: its part is worked out in _freed
+            self.stopping.extend(victims)
+            return
+        before = self.freed_states.get(self._freed_key(len(self.pipelined))) if self.stopping else (dict(self.cluster.site_free_milli), [])
+        self.stopping.extend(victims)
+        self.pipelined.append(job)
+        if before is not None and self.last_fit is not None and self.last_fit[0] == job.id:
+            _, site, placed = self.last_fit
+            free, ahead = dict(before[0]), before[1]
+            for v in victims:
+                free[v.site] = free.get(v.site, 0) + v.usage.gpu_milli
+            free[site] -= job.per_task.gpu_milli * len(placed)
+            self.freed_states[self._freed_key(len(self.pipelined))] = (free, [*ahead, (job, placed)])
+
+    @cached_property
+    def freed_states(self) -> dict[tuple, tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]]:
+        return {}  # see _freed
+
+    def _freed(self, job: JobSpec) -> tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]:
+        """What `job` may count on once every stopping job has stopped and the jobs pipelined
+        ahead of it (all, if it is not pipelined) have taken their part: the free GPUs per site
+        then, and where those jobs go (fixed, as KAI's pipelined tasks are: more victims only free
+        more). Worked out once per state of the cycle and shared by every job that looks; within
+        a cycle the counts in the key only grow, but for pipelined jobs that start (admissions)."""
+        ahead = next((i for i, j in enumerate(self.pipelined) if j.id == job.id), len(self.pipelined))
+        key = self._freed_key(ahead)
+        hit = self.freed_states.get(key)
+        if hit is None:
+            placed_ahead: list[tuple[JobSpec, list[TaskPlacement]]] = []
+            with self._without(self.stopping):
+                for other in self.pipelined[:ahead]:
+                    placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
+                                   if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
+                                                       self._blocked_for(other))) is not None), None)
+                    if placed is not None:  # else it no longer fits: it weighs again when its turn comes
+                        placed_ahead.append((other, placed))
+                free = dict(self.cluster.site_free_milli)
+                for other, placed in placed_ahead:
+                    self.cluster.apply(other, placed, -1)
+            hit = self.freed_states[key] = (free, placed_ahead)
+        return hit
+
+    def _freed_key(self, ahead: int) -> tuple:
+        return (len(self.stopping), ahead, len(self.admissions), len(self.held), len(self.blocked))
+
+    @contextmanager
+    def _without(self, gone: list[RunningJob], placed: list[tuple[JobSpec, list[TaskPlacement]]] = ()):
+        """A dry run's state: the `gone` jobs off the quota tree and the nodes, the `placed` ones
+        on; restored on leaving."""
+        for v in gone:
+            self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
+            self.cluster.apply(v.spec, v.placements, -1)
+        for spec, p in placed:
+            self.quota.add(spec.queue, spec.per_task.times(len(p)), preemptible=spec.preemptible)
+            self.cluster.apply(spec, p)
+        try:
+            yield
+        finally:
+            for spec, p in reversed(placed):
+                self.cluster.apply(spec, p, -1)
+                self.quota.add(spec.queue, spec.per_task.times(len(p)), -1, spec.preemptible)
+            for v in reversed(gone):
+                self.quota.add(v.spec.queue, v.usage, preemptible=v.spec.preemptible)
+                self.cluster.apply(v.spec, v.placements)
 
     def _reclaimable(self, sites: list[str]) -> Reclaimable:
         """The running work reclaim may take on `sites`, once per state of the quota tree: within a
@@ -173,23 +259,25 @@ class Preempting:
             for v in movers:
                 self.cluster.apply(v.spec, v.placements)
 
-    def _might_fit_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
+    def _might_fit_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], free: dict[str, int]) -> bool:
         """An upper bound, without taking anything off: could some site hold the gang's GPUs with
-        every GPU the gone jobs hold back? First by the site's total; then node by node, since a
-        task's GPUs are on one node (the tasks that fit now, plus what each of the gone jobs'
-        nodes would hold with their GPUs back): victims scattered one GPU here and there free no
-        node for a 4-GPU task, and each dry run to find that out took their quota and nodes off."""
+        the victims' GPUs back? First by the site's total (`free`: what is free once every
+        stopping job has stopped and the pipelined jobs took their part); then node by node,
+        since a task's GPUs are on one node (the tasks that fit now, plus what each stopping job's
+        or victim's node would hold with their GPUs back): victims scattered one GPU here and
+        there free no node for a 4-GPU task, and each dry run to find that out took their quota
+        and nodes off."""
         per, tasks = job.per_task.gpu_milli, job.min_tasks or job.tasks
         freed: dict[str, int] = {}  # by site
-        on_node: dict[str, int] = {}
-        for v in gone:
+        for v in victims:
             freed[v.site] = freed.get(v.site, 0) + v.usage.gpu_milli
-            for p in v.placements:
-                on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
-        free = self.cluster.site_free_milli
         sites = [s for s in sites if free.get(s, 0) + freed.get(s, 0) >= per * tasks]
         if not sites:
             return False
+        on_node: dict[str, int] = {}
+        for v in (*self.stopping, *victims):
+            for p in v.placements:
+                on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
         nodes = self.cluster.nodes
         for s in sites:
             extra = sum((nodes[n].free_gpu_milli + g) // per for n, g in on_node.items() if n in nodes and nodes[n].node.site == s)
@@ -197,18 +285,16 @@ class Preempting:
                 return True
         return False
 
-    def _fits_without(self, job: JobSpec, sites: list[str], gone: list[RunningJob]) -> bool:
-        """Would `job` pass quota and place if the `gone` jobs had stopped? (State is restored.)"""
-        if job.mig_profile is None and job.per_task.gpu_milli and not self._might_fit_without(job, sites, gone):
+    def _fits_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob]) -> bool:
+        """Would `job` pass quota and place once every stopping job and the `victims` had
+        stopped, and the jobs pipelined ahead of it had taken their part? (State is restored.)"""
+        free, ahead = self._freed(job) if self.stopping else (self.cluster.site_free_milli, [])
+        if job.mig_profile is None and job.per_task.gpu_milli and not self._might_fit_without(job, sites, victims, free):
             return False
-        for v in gone:
-            self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
-            self.cluster.apply(v.spec, v.placements, -1)
-        try:
+        with self._without(self.stopping + victims, ahead):
             if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
                 return False
-            return self._could_place(job, sites, self._blocked_for(job))
-        finally:
-            for v in gone:
-                self.quota.add(v.spec.queue, v.usage, preemptible=v.spec.preemptible)
-                self.cluster.apply(v.spec, v.placements)
+            where = self._could_place(job, sites, self._blocked_for(job))
+            if where is not None:
+                self.last_fit = (job.id, *where)
+            return where is not None

@@ -438,6 +438,8 @@ class _Cycle(Preempting):
         self.admissions.append(Admission(job.id, site, tuple(placed), borrowing=borrowing))
         if self.freeing:
             self.freeing.pop(job.id, None)  # what its victims free is everyone's once it runs
+        if "pipelined" in self.__dict__:
+            self.pipelined[:] = [j for j in self.pipelined if j.id != job.id]  # it takes its part for real now
         if self.claims:
             self._unclaim(job.id)
         self.consolidating.pop(job.id, None)
@@ -536,14 +538,15 @@ class _Cycle(Preempting):
             msg = f"{free} of {job.min_tasks or job.tasks} task(s) fit on any one site now"
         return PendingReason("WaitingForCapacity", msg, need)
 
-    def _could_place(self, job: JobSpec, sites: list[str], blocked: frozenset[str]) -> bool:
-        """Would the gang place on one of `sites` now, avoiding `blocked`? (A dry run.)"""
+    def _could_place(self, job: JobSpec, sites: list[str], blocked: frozenset[str]) -> tuple[str, list[TaskPlacement]] | None:
+        """Where the gang would place now, on one of `sites` and avoiding `blocked`, if it would
+        (a dry run: nothing stays placed)."""
         for site in sites:
             placed = place_gang(self.cluster, job, site, self.strategy, self.policies.placement.gang_topology, blocked)
             if placed is not None:
                 self.cluster.apply(job, placed, -1)
-                return True
-        return False
+                return site, placed
+        return None
 
     def _reserve(self, job: JobSpec, sites: Sequence[str]) -> bool:
         """Reserve for `job` the nodes closest to free that together hold it when empty."""

@@ -86,6 +86,23 @@ CASES = [
     Case("two gangs that together overfill the cluster do not deadlock holding halves", "Volcano gang: no deadlock", "  - {name: q0, deserved: {gpu: 4}}",
          [J("g1", "q0", gpus=1, tasks=3, dur=100), J("g2", "q0", gpus=1, tasks=3, dur=100)], nodes=[(4, 1)],
          expect=expect_starts(g1=0, g2=100)),
+    # ---- many reclaims at once: each takes its part of what is being freed (KAI's pipelining) ----
+    Case("four queues reclaim from one borrower within one grace period", "ours (KAI: a preemptor is pipelined onto its victims)",
+         "  - {name: b, deserved: {gpu: 0}}\n" + "\n".join(f"  - {{name: l{i}, deserved: {{gpu: 4}}}}" for i in range(4)),
+         [J(f"b{i:02d}", "b", gpus=1) for i in range(16)] + [J(f"w{i}", f"l{i}", at=100, gpus=4) for i in range(4)], nodes=[(4, 4)],
+         expect=both(expect_starts(**{f"w{i}": SOON for i in range(4)}, **{f"b{i:02d}": 0 for i in range(16)}),
+                     lambda r: (len(r.preempted()) == 16) or pytest.fail(str(r.preempted()))),
+         differs="before, each lender counted the first one's victims, still stopping, as enough for itself too and waited: one reclaim per "
+                 "grace period (w0..w3 started at 110, 120, 130, 140)"),
+    Case("what one victim frees is shared by the lenders it is enough for, and the next victim taken for the one it is not",
+         "ours (KAI: a preemptor is pipelined onto its victims)",
+         "  - {name: b, deserved: {gpu: 0}}\n" + "\n".join(f"  - {{name: l{i}, deserved: {{gpu: 2}}}}" for i in range(3)),
+         [J("b1", "b", gpus=4), J("b2", "b", gpus=4, at=1)] + [J(f"w{i}", f"l{i}", at=100, gpus=2) for i in range(3)], nodes=[(2, 4)],
+         expect=both(expect_starts(b1=0, b2=1, w0=SOON, w1=SOON, w2=SOON), expect_preempted("b1", "b2", reason="Reclaim"))),
+    Case("one large victim frees enough for several lenders: it alone is preempted", "ours (KAI: a preemptor is pipelined onto its victims)",
+         "  - {name: b, deserved: {gpu: 0}}\n" + "\n".join(f"  - {{name: l{i}, deserved: {{gpu: 4}}}}" for i in range(4)),
+         [J("big", "b", gpus=4, tasks=4)] + [J(f"w{i}", f"l{i}", at=100, gpus=2) for i in range(4)], nodes=[(4, 4)],
+         expect=both(expect_starts(big=0, **{f"w{i}": SOON for i in range(4)}), expect_preempted("big", reason="Reclaim"))),
 ]
 
 

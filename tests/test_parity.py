@@ -64,6 +64,17 @@ policies:
         {"id": "prod-a", "submit_s": 100, "queue": "prod", "tasks": 1, "gpus_per_task": 8, "duration_s": 400},
         {"id": "prod-b", "submit_s": 160, "queue": "prod", "tasks": 2, "gpus_per_task": 4, "duration_s": 300},
     ]),
+    # four lenders reclaim from one borrower at once: each chooses its own victims in one cycle
+    # (pipelined onto what is being freed), and all four start one grace period later
+    "reclaim-many": (BASE + """
+queues:
+  - {name: dev, deserved: {gpu: 0}}
+""" + "".join(f"  - {{name: team{i}, deserved: {{gpu: 8}}}}\n" for i in range(4)) + """policies:
+  preemption: {grace_s: 30}
+""", [
+        *[{"id": f"dev-{i}", "submit_s": i, "queue": "dev", "tasks": 1, "gpus_per_task": 4, "duration_s": 2000} for i in range(8)],
+        *[{"id": f"team{i}-a", "submit_s": 100, "queue": f"team{i}", "tasks": 1, "gpus_per_task": 8, "duration_s": 300} for i in range(4)],
+    ]),
     # gangs that need two nodes, small jobs that fragment, an elastic gang, priorities in one queue
     "gangs": (BASE + """
 queues:
