@@ -101,9 +101,11 @@ class Preempting:
         if before is not None and self.last_fit is not None and self.last_fit[0] == job.id:
             _, site, placed = self.last_fit
             free, ahead = dict(before[0]), before[1]
-            for v in victims:
-                free[v.site] = free.get(v.site, 0) + v.usage.gpu_milli
-            free[site] -= job.per_task.gpu_milli * len(placed)
+            for v in victims:  # whole GPUs only: MIG instances are not counted there
+                if v.spec.mig_profile is None:
+                    free[v.site] = free.get(v.site, 0) + v.usage.gpu_milli
+            if job.mig_profile is None:
+                free[site] = free.get(site, 0) - job.per_task.gpu_milli * len(placed)
             self.freed_states[self._freed_key(len(self.pipelined))] = (free, [*ahead, (job, placed)])
 
     @cached_property
