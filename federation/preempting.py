@@ -17,6 +17,7 @@ from functools import cached_property
 
 from federation.holds import free_gpu_milli
 from federation.model import (
+    ZERO,
     JobSpec,
     PendingReason,
     Preemption,
@@ -52,15 +53,17 @@ class Preempting:
         cands = (c for c in found if c.job.spec.id not in self.victims)
         budget = policy.max_victims_per_cycle - len(self.preemptions)  # none left, or no candidates: select_victims finds none
 
+        # Jobs already stopping (chosen this cycle for others, or earlier) count as gone: with many
+        # reclaiming at once, each counting the borrower's usage whole took it below its share.
         def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
-            q = victim.spec.queue
-            gone = sum((v.usage for v in chosen if v.spec.queue == q), Resources())
-            return any(not (self.quota.usage[a] - gone).fits_in(self.quota.queues[a].deserved) for a in self.quota.path(q))
+            path = self.quota.path(victim.spec.queue)
+            gone = self._usage_of([*self.stopping, *chosen], path)
+            return any(not (self.quota.usage[a] - gone[a]).fits_in(self.quota.queues[a].deserved) for a in path)
 
         def keeps_share(victim: RunningJob, chosen: list[RunningJob]) -> bool:
             q = victim.spec.queue
-            gone = sum(v.usage.gpu_milli for v in chosen if v.spec.queue == q) + victim.usage.gpu_milli
-            return self.quota.usage[q].gpu_milli - gone >= self.quota.queues[q].deserved.gpu_milli
+            left = self.quota.usage[q].gpu_milli - self._usage_of([*self.stopping, *chosen, victim], (q,))[q].gpu_milli
+            return left >= self.quota.queues[q].deserved.gpu_milli
 
         chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, vs), still_borrowing, keeps_share, budget)
         if chosen is None:
@@ -73,6 +76,15 @@ class Preempting:
         self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
         self._hold_back(job)
         return True
+
+    def _usage_of(self, jobs: list[RunningJob], queues: tuple[str, ...]) -> dict[str, Resources]:
+        """What `jobs` use in each of `queues` (a queue's usage includes its descendants')."""
+        out = dict.fromkeys(queues, ZERO)
+        for v in jobs:
+            for a in self.quota.path(v.spec.queue):
+                if a in out:
+                    out[a] = out[a] + v.usage
+        return out
 
     @cached_property
     def pipelined(self) -> list[JobSpec]:

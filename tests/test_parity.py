@@ -65,10 +65,11 @@ policies:
         {"id": "prod-b", "submit_s": 160, "queue": "prod", "tasks": 2, "gpus_per_task": 4, "duration_s": 300},
     ]),
     # four lenders reclaim from one borrower at once: each chooses its own victims in one cycle
-    # (pipelined onto what is being freed), and all four start one grace period later
+    # (pipelined onto what is being freed), and three start one grace period later; the
+    # fourth waits, since dev keeps the 8 GPUs it deserves (those stopping count as gone)
     "reclaim-many": (BASE + """
 queues:
-  - {name: dev, deserved: {gpu: 0}}
+  - {name: dev, deserved: {gpu: 8}}
 """ + "".join(f"  - {{name: team{i}, deserved: {{gpu: 8}}}}\n" for i in range(4)) + """policies:
   preemption: {grace_s: 30}
 """, [
