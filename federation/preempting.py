@@ -26,7 +26,7 @@ from federation.model import (
     TaskPlacement,
 )
 from federation.placement import capacity_for, place_gang
-from federation.preemption import Reclaimable, candidates, reclaimable, select_victims
+from federation.preemption import Candidate, Reclaimable, candidates, reclaimable, select_victims
 
 
 class Preempting:
@@ -37,37 +37,21 @@ class Preempting:
     def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
         """Choose victims for `job` (or see that victims already stopping suffice)."""
         within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
-        stopping = self.stopping
-        if stopping and self._fits_without(job, sites, []):
-            self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(stopping)} preempted job(s) are stopping within their grace period", job.request())
+        policy = self.policies.preemption
+        others = self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
+        world = _World(self, job)
+        try:
+            chosen = self._choose(job, sites, within, others, world)
+        finally:
+            world.close()
+        if chosen is None:
+            return False
+        if not chosen:  # what is being freed is enough
+            self.pending[job.id] = PendingReason("WaitingForReclaim", f"{len(self.stopping)} preempted job(s) are stopping within their grace period", job.request())
             if job.id in self.freeing:
                 self._hold_back(job)  # they stop for it (not just for anyone who could use what they free)
             self._pipeline(job, [])
             return True
-        policy = self.policies.preemption
-        others = self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
-        found, young = candidates(job, self.index.by_queue.get(job.queue, ()), others, set(self.quota.path(job.queue)), set(sites), within,
-                                  policy.borrow_within_cohort_max_priority, self.now - policy.reclaim_min_runtime_s)
-        if young is not None:  # look again when the first of them has run long enough
-            self.wake_at = min(self.wake_at or float("inf"), young + policy.reclaim_min_runtime_s)
-        cands = (c for c in found if c.job.spec.id not in self.victims)
-        budget = policy.max_victims_per_cycle - len(self.preemptions)  # none left, or no candidates: select_victims finds none
-
-        # Jobs already stopping (chosen this cycle for others, or earlier) count as gone: with many
-        # reclaiming at once, each counting the borrower's usage whole took it below its share.
-        def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
-            path = self.quota.path(victim.spec.queue)
-            gone = self._usage_of([*self.stopping, *chosen], path)
-            return any(not (self.quota.usage[a] - gone[a]).fits_in(self.quota.queues[a].deserved) for a in path)
-
-        def keeps_share(victim: RunningJob, chosen: list[RunningJob]) -> bool:
-            q = victim.spec.queue
-            left = self.quota.usage[q].gpu_milli - self._usage_of([*self.stopping, *chosen, victim], (q,))[q].gpu_milli
-            return left >= self.quota.queues[q].deserved.gpu_milli
-
-        chosen = select_victims(cands, lambda vs: self._fits_without(job, sites, vs), still_borrowing, keeps_share, budget)
-        if chosen is None:
-            return False
         self._pipeline(job, [c.job for c in chosen])
         for c in chosen:
             self.victims.add(c.job.spec.id)
@@ -76,6 +60,33 @@ class Preempting:
         self.pending[job.id] = PendingReason("WaitingForReclaim", f"preempting {', '.join(c.job.spec.id for c in chosen)} ({chosen[0].reason.lower()})", job.request())
         self._hold_back(job)
         return True
+
+    def _choose(self, job: JobSpec, sites: list[str], within: bool, others: Reclaimable | None, world: _World) -> list[Candidate] | None:
+        """The victims `job` needs: none if what is being freed suffices; None if no set does."""
+        if self.stopping and self._fits_without(job, sites, [], world):
+            return []
+        policy = self.policies.preemption
+        found, young = candidates(job, self.index.by_queue.get(job.queue, ()), others, set(self.quota.path(job.queue)), set(sites), within,
+                                  policy.borrow_within_cohort_max_priority, self.now - policy.reclaim_min_runtime_s)
+        if young is not None:  # look again when the first of them has run long enough
+            self.wake_at = min(self.wake_at or float("inf"), young + policy.reclaim_min_runtime_s)
+        cands = (c for c in found if c.job.spec.id not in self.victims)
+        budget = policy.max_victims_per_cycle - len(self.preemptions)  # none left, or no candidates: select_victims finds none
+
+        # Queues' usage as it is (`world.usage`), jobs already stopping (chosen this cycle for
+        # others, or earlier) counted as gone: with many reclaiming at once, each counting the
+        # borrower's usage whole took it below its share.
+        def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
+            path = self.quota.path(victim.spec.queue)
+            gone = self._usage_of([*self.stopping, *chosen], path)
+            return any(not (world.usage[a] - gone[a]).fits_in(self.quota.queues[a].deserved) for a in path)
+
+        def keeps_share(victim: RunningJob, chosen: list[RunningJob]) -> bool:
+            q = victim.spec.queue
+            left = world.usage[q].gpu_milli - self._usage_of([*self.stopping, *chosen, victim], (q,))[q].gpu_milli
+            return left >= self.quota.queues[q].deserved.gpu_milli
+
+        return select_victims(cands, lambda vs: self._fits_without(job, sites, vs, world), still_borrowing, keeps_share, budget)
 
     def _usage_of(self, jobs: list[RunningJob], queues: tuple[str, ...]) -> dict[str, Resources]:
         """What `jobs` use in each of `queues` (a queue's usage includes its descendants')."""
@@ -273,23 +284,23 @@ class Preempting:
             for v in movers:
                 self.cluster.apply(v.spec, v.placements)
 
-    def _might_fit_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], free: dict[str, int]) -> bool:
+    def _might_fit_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: _World) -> bool:
         """An upper bound, without taking anything off: could some site hold the gang's GPUs with
-        the victims' GPUs back? First by the site's total (`free`: what is free once every
-        stopping job has stopped and the pipelined jobs took their part); then node by node,
-        since a task's GPUs are on one node (the tasks that fit now, plus what each stopping job's
-        or victim's node would hold with their GPUs back): victims scattered one GPU here and
-        there free no node for a 4-GPU task, and each dry run to find that out took their quota
-        and nodes off."""
+        the victims' GPUs back, in `world`? First by the site's total; then node by node, since
+        a task's GPUs are on one node (the tasks that fit now, plus what each node of a stopping
+        job, until the world is applied, or of a victim would hold with their GPUs back): victims
+        scattered one GPU here and there free no node for a 4-GPU task, and each dry run to find
+        that out took their quota and nodes off."""
         per, tasks = job.per_task.gpu_milli, job.min_tasks or job.tasks
         freed: dict[str, int] = {}  # by site
         for v in victims:
             freed[v.site] = freed.get(v.site, 0) + v.usage.gpu_milli
+        free = self.cluster.site_free_milli if world.applied else world.free
         sites = [s for s in sites if free.get(s, 0) + freed.get(s, 0) >= per * tasks]
         if not sites:
             return False
         on_node: dict[str, int] = {}
-        for v in (*self.stopping, *victims):
+        for v in victims if world.applied else (*self.stopping, *victims):
             for p in v.placements:
                 on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
         nodes = self.cluster.nodes
@@ -299,16 +310,44 @@ class Preempting:
                 return True
         return False
 
-    def _fits_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob]) -> bool:
-        """Would `job` pass quota and place once every stopping job and the `victims` had
-        stopped, and the jobs pipelined ahead of it had taken their part? (State is restored.)"""
-        free, ahead = self._freed(job) if self.stopping else (self.cluster.site_free_milli, [])
-        if job.mig_profile is None and job.per_task.gpu_milli and not self._might_fit_without(job, sites, victims, free):
+    def _fits_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: _World) -> bool:
+        """Would `job` pass quota and place in `world` (every stopping job gone, the jobs pipelined
+        ahead of it placed) were the `victims` gone too? (A dry run: only the world stays.)"""
+        if job.mig_profile is None and job.per_task.gpu_milli and not self._might_fit_without(job, sites, victims, world):
             return False
-        with self._without(self.stopping + victims, ahead):
+        world.apply()
+        with self._without(victims):
             if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
                 return False
             where = self._could_place(job, sites, self._blocked_for(job))
             if where is not None:
                 self.last_fit = (job.id, *where)
             return where is not None
+
+
+class _World:
+    """The state a job's victim search weighs in: every stopping job gone and the jobs pipelined
+    ahead of it placed (`Preempting._freed`). Put on the quota tree and the nodes at the search's
+    first dry run and kept until it ends, so each dry run takes off only its own victims (each
+    took every stopping job off and put every pipelined one on: most of an incremental cycle)."""
+
+    def __init__(self, cycle: Preempting, job: JobSpec):
+        self.cycle = cycle
+        self.free, self.ahead = cycle._freed(job) if cycle.stopping else (cycle.cluster.site_free_milli, [])
+        self.usage = cycle.quota.usage  # the queues' usage as it is: a copy once the world is on
+        self.applied = False
+        self._on = None
+
+    def apply(self) -> None:
+        if self.applied:
+            return
+        self.applied = True
+        if self.cycle.stopping or self.ahead:
+            self.usage = dict(self.cycle.quota.usage)
+            self._on = self.cycle._without(list(self.cycle.stopping), self.ahead)
+            self._on.__enter__()
+
+    def close(self) -> None:
+        if self._on is not None:
+            self._on.__exit__(None, None, None)
+            self._on = None
