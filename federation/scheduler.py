@@ -103,18 +103,21 @@ def node_capacity(nodes) -> Resources:
     return sum((Resources(n.gpus * GPU, n.cpu_milli, n.memory_mib) for n in nodes), Resources())
 
 
-def incremental_pending(pending: dict[str, JobSpec], new: set[str], reservations: dict[str, tuple[str, ...]], full: bool) -> tuple[JobSpec, ...]:
+def incremental_pending(pending: dict[str, JobSpec], new: set[str], reservations: dict[str, tuple[str, ...]], full: bool,
+                        stopping: Sequence[RunningJob] = ()) -> tuple[JobSpec, ...]:
     """The pending jobs a cycle must look at.
 
     A full cycle looks at all. When, since the last cycle, jobs only arrived (nothing finished,
     no node came or went, no quota changed, and the last cycle admitted and preempted nothing),
-    every job that failed then fails the same way now, so only the new jobs and the holders of
-    reservations (whose nodes must stay blocked) are looked at. This is what keeps a cycle with
-    tens of thousands of waiting jobs in milliseconds (Kueue parks inadmissible workloads alike).
+    every job that failed then fails the same way now, so only the new jobs, the holders of
+    reservations (whose nodes must stay blocked) and the jobs that `stopping` jobs were
+    preempted for (what they free is theirs: a new job must not count on it) are looked at. This
+    is what keeps a cycle with tens of thousands of waiting jobs in milliseconds (Kueue parks
+    inadmissible workloads alike).
     """
     if full:
         return tuple(pending.values())
-    keep = new | set(reservations)  # a few among tens of thousands: looked up, not scanned for
+    keep = new | set(reservations) | {r.preempted_for for r in stopping if r.preempted_for}  # a few among tens of thousands: looked up
     return tuple(pending[jid] for jid in sorted(keep) if jid in pending)
 
 

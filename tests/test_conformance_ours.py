@@ -103,6 +103,13 @@ CASES = [
          "  - {name: b, deserved: {gpu: 4}}\n" + "\n".join(f"  - {{name: l{i}, deserved: {{gpu: 4}}}}" for i in range(3)),
          [J(f"b{i:02d}", "b", gpus=1) for i in range(12)] + [J(f"w{i}", f"l{i}", at=100, gpus=4) for i in range(3)], nodes=[(3, 4)],
          expect=both(expect_starts(w0=SOON, w1=SOON), lambda r: (len(r.preempted()) == 8 and r.start("w2") > SOON) or pytest.fail(str(r.preempted())))),
+    Case("a lender arriving while another's victims stop does not count on what they free", "ours (KAI: a preemptor is pipelined onto its victims)",
+         "  - {name: b, deserved: {gpu: 0}}\n  - {name: l0, deserved: {gpu: 4}}\n  - {name: l1, deserved: {gpu: 4}}",
+         # x waits and preempts nothing, so the cycle at 104 looks only at what is new (and, now, at w0)
+         [J(f"b{i:02d}", "b", gpus=1) for i in range(8)] + [J("w0", "l0", at=100, gpus=4), J("x", "b", at=102), J("w1", "l1", at=104, gpus=4)],
+         nodes=[(2, 4)], expect=expect_starts(w0=SOON, w1=104 + GRACE + 5),
+         differs="before, the cycle at 104 did not see w0 (it looked at new jobs only), so w1 counted w0's victims as its own and "
+                 "waited for them, then for victims of its own: it started at 120"),
     Case("one large victim frees enough for several lenders: it alone is preempted", "ours (KAI: a preemptor is pipelined onto its victims)",
          "  - {name: b, deserved: {gpu: 0}}\n" + "\n".join(f"  - {{name: l{i}, deserved: {{gpu: 4}}}}" for i in range(4)),
          [J("big", "b", gpus=4, tasks=4)] + [J(f"w{i}", f"l{i}", at=100, gpus=2) for i in range(4)], nodes=[(4, 4)],

@@ -459,7 +459,7 @@ def test_a_shell_that_decides_on_its_own_is_caught(tmp_path):
             self.cycle.full_every_s = None
             self.cycle.fingerprint = None if self.cycle.last is None else self.cycle.fingerprint
             real = cycle.incremental_pending
-            cycle.incremental_pending = lambda pending, new, reservations, full: real(pending, new, reservations, False)
+            cycle.incremental_pending = lambda pending, new, reservations, full, stopping: real(pending, new, reservations, False, stopping)
             try:
                 super().tick()
             finally:
