@@ -6,14 +6,14 @@ deserved share (reclaim) or, opted in, when it borrows itself (Kueue's borrowWit
 where the GPUs are free but scattered, consolidation moves the fewest jobs that fit elsewhere.
 Victims are chosen by `federation.preemption`; this module owns what the cycle does with them:
 the preemptor owns what they free until it runs (`_Cycle.freeing`) and its queue's lower
-priorities wait behind it, so partial releases cannot make a preemption loop (Kueue #13662).
+priorities wait behind it, so partial releases cannot make a preemption loop (Kueue #13662);
+several jobs counting on what is being freed each take their part in turn
+(`federation.pipelining`).
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import replace
-from functools import cached_property
 
 from federation.holds import free_gpu_milli
 from federation.model import (
@@ -25,11 +25,12 @@ from federation.model import (
     RunningJob,
     TaskPlacement,
 )
+from federation.pipelining import FreedWorld, Pipelining
 from federation.placement import capacity_for, place_gang
 from federation.preemption import Candidate, Reclaimable, candidates, reclaimable, select_victims
 
 
-class Preempting:
+class Preempting(Pipelining):
     """The preemption step of `federation.scheduler._Cycle`, which it is mixed into: it reads
     and writes the cycle's state (`quota`, `cluster`, `stopping`, `freeing`, `victims`,
     `preemptions`, `pending`, `pipelined`, `moving`, `held`, `consolidating`, `wake_at`, `index`) as the other steps do."""
@@ -39,7 +40,7 @@ class Preempting:
         within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
         policy = self.policies.preemption
         others = self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
-        world = _World(self, job)
+        world = FreedWorld(self, job)
         try:
             chosen = self._choose(job, sites, within, others, world)
         finally:
@@ -61,7 +62,7 @@ class Preempting:
         self._hold_back(job)
         return True
 
-    def _choose(self, job: JobSpec, sites: list[str], within: bool, others: Reclaimable | None, world: _World) -> list[Candidate] | None:
+    def _choose(self, job: JobSpec, sites: list[str], within: bool, others: Reclaimable | None, world: FreedWorld) -> list[Candidate] | None:
         """The victims `job` needs: none if what is being freed suffices; None if no set does."""
         if self.stopping and self._fits_without(job, sites, [], world):
             return []
@@ -96,91 +97,6 @@ class Preempting:
                 if a in out:
                     out[a] = out[a] + v.usage
         return out
-
-    @cached_property
-    def pipelined(self) -> list[JobSpec]:
-        """Jobs that wait for capacity being freed (by their own victims, or by others' that free
-        enough for them too), in the order they claimed it: earlier cycles' preemptors first. In
-        a dry run each takes its part of what is freed before the job weighed does (those after
-        that job counted on its part being taken), as KAI pipelines a job onto releasing
-        capacity. Without it, of ten queues reclaiming from one borrower, each counted the first
-        one's victims as enough for itself too and waited: one reclaim per grace period."""
-        specs = {j.id: j for j in self.snap.pending}
-        return [specs[j] for j in self.freeing if j in specs]
-
-    #: (job, site, placements) of the last dry run `job` passed (`_fits_without`)
-    last_fit: tuple[str, str, list[TaskPlacement]] | None = None
-
-    def _pipeline(self, job: JobSpec, victims: list[RunningJob]) -> None:
-        """`job` takes its part of what is being freed, where its last dry run placed it; its
-        `victims` (if any) stop. The state the next job counts on follows from the last one's
-        without a dry run: each of many preemptors in a cycle redid every one before it."""
-        if any(j.id == job.id for j in self.pipelined):  # an earlier cycle's: its part is worked out in _freed
-            self.stopping.extend(victims)
-            return
-        before = self.freed_states.get(self._freed_key(len(self.pipelined))) if self.stopping else (dict(self.cluster.site_free_milli), [])
-        self.stopping.extend(victims)
-        self.pipelined.append(job)
-        if before is not None and self.last_fit is not None and self.last_fit[0] == job.id:
-            _, site, placed = self.last_fit
-            free, ahead = dict(before[0]), before[1]
-            for v in victims:  # whole GPUs only: MIG instances are not counted there
-                if v.spec.mig_profile is None:
-                    free[v.site] = free.get(v.site, 0) + v.usage.gpu_milli
-            if job.mig_profile is None:
-                free[site] = free.get(site, 0) - job.per_task.gpu_milli * len(placed)
-            self.freed_states[self._freed_key(len(self.pipelined))] = (free, [*ahead, (job, placed)])
-
-    @cached_property
-    def freed_states(self) -> dict[tuple, tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]]:
-        return {}  # see _freed
-
-    def _freed(self, job: JobSpec) -> tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]:
-        """What `job` may count on once every stopping job has stopped and the jobs pipelined
-        ahead of it (all, if it is not pipelined) have taken their part: the free GPUs per site
-        then, and where those jobs go (fixed, as KAI's pipelined tasks are: more victims only free
-        more). Worked out once per state of the cycle and shared by every job that looks; within
-        a cycle the counts in the key only grow, but for pipelined jobs that start (admissions)."""
-        ahead = next((i for i, j in enumerate(self.pipelined) if j.id == job.id), len(self.pipelined))
-        key = self._freed_key(ahead)
-        hit = self.freed_states.get(key)
-        if hit is None:
-            placed_ahead: list[tuple[JobSpec, list[TaskPlacement]]] = []
-            with self._without(self.stopping):
-                for other in self.pipelined[:ahead]:
-                    placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
-                                   if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
-                                                       self._blocked_for(other))) is not None), None)
-                    if placed is not None:  # else it no longer fits: it weighs again when its turn comes
-                        placed_ahead.append((other, placed))
-                free = dict(self.cluster.site_free_milli)
-                for other, placed in placed_ahead:
-                    self.cluster.apply(other, placed, -1)
-            hit = self.freed_states[key] = (free, placed_ahead)
-        return hit
-
-    def _freed_key(self, ahead: int) -> tuple:
-        return (len(self.stopping), ahead, len(self.admissions), len(self.held), len(self.blocked))
-
-    @contextmanager
-    def _without(self, gone: list[RunningJob], placed: list[tuple[JobSpec, list[TaskPlacement]]] = ()):
-        """A dry run's state: the `gone` jobs off the quota tree and the nodes, the `placed` ones
-        on; restored on leaving."""
-        for v in gone:
-            self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
-            self.cluster.apply(v.spec, v.placements, -1)
-        for spec, p in placed:
-            self.quota.add(spec.queue, spec.per_task.times(len(p)), preemptible=spec.preemptible)
-            self.cluster.apply(spec, p)
-        try:
-            yield
-        finally:
-            for spec, p in reversed(placed):
-                self.cluster.apply(spec, p, -1)
-                self.quota.add(spec.queue, spec.per_task.times(len(p)), -1, spec.preemptible)
-            for v in reversed(gone):
-                self.quota.add(v.spec.queue, v.usage, preemptible=v.spec.preemptible)
-                self.cluster.apply(v.spec, v.placements)
 
     def _reclaimable(self, sites: list[str]) -> Reclaimable:
         """The running work reclaim may take on `sites`, once per state of the quota tree: within a
@@ -284,7 +200,7 @@ class Preempting:
             for v in movers:
                 self.cluster.apply(v.spec, v.placements)
 
-    def _might_fit_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: _World) -> bool:
+    def _might_fit_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: FreedWorld) -> bool:
         """An upper bound, without taking anything off: could some site hold the gang's GPUs with
         the victims' GPUs back, in `world`? First by the site's total; then node by node, since
         a task's GPUs are on one node (the tasks that fit now, plus what each node of a stopping
@@ -310,7 +226,7 @@ class Preempting:
                 return True
         return False
 
-    def _fits_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: _World) -> bool:
+    def _fits_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: FreedWorld) -> bool:
         """Would `job` pass quota and place in `world` (every stopping job gone, the jobs pipelined
         ahead of it placed) were the `victims` gone too? (A dry run: only the world stays.)"""
         if job.mig_profile is None and job.per_task.gpu_milli and not self._might_fit_without(job, sites, victims, world):
@@ -323,31 +239,3 @@ class Preempting:
             if where is not None:
                 self.last_fit = (job.id, *where)
             return where is not None
-
-
-class _World:
-    """The state a job's victim search weighs in: every stopping job gone and the jobs pipelined
-    ahead of it placed (`Preempting._freed`). Put on the quota tree and the nodes at the search's
-    first dry run and kept until it ends, so each dry run takes off only its own victims (each
-    took every stopping job off and put every pipelined one on: most of an incremental cycle)."""
-
-    def __init__(self, cycle: Preempting, job: JobSpec):
-        self.cycle = cycle
-        self.free, self.ahead = cycle._freed(job) if cycle.stopping else (cycle.cluster.site_free_milli, [])
-        self.usage = cycle.quota.usage  # the queues' usage as it is: a copy once the world is on
-        self.applied = False
-        self._on = None
-
-    def apply(self) -> None:
-        if self.applied:
-            return
-        self.applied = True
-        if self.cycle.stopping or self.ahead:
-            self.usage = dict(self.cycle.quota.usage)
-            self._on = self.cycle._without(list(self.cycle.stopping), self.ahead)
-            self._on.__enter__()
-
-    def close(self) -> None:
-        if self._on is not None:
-            self._on.__exit__(None, None, None)
-            self._on = None

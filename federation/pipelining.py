@@ -1,0 +1,134 @@
+"""What several jobs count on of the capacity being freed (`federation.preempting`'s dry runs).
+
+A job whose victims are stopping, or that waits because others' victims free enough for it too,
+owns a part of what they free until it runs. KAI pipelines such a job onto the releasing
+capacity: the next job weighs only what is left. Without it, of ten queues reclaiming from one
+borrower each counted the first one's victims as enough for itself and waited: one reclaim per
+grace period. Here each such job is placed, in the order it claimed, in the state where every
+stopping job has stopped (`Pipelining._freed`), and a job's victim search weighs in that state
+(`FreedWorld`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from functools import cached_property
+
+from federation.model import JobSpec, RunningJob, TaskPlacement
+from federation.placement import place_gang
+
+
+class Pipelining:
+    """Mixed into `federation.scheduler._Cycle` (through `Preempting`): it reads and writes the
+    cycle's state (`quota`, `cluster`, `stopping`, `freeing`, `admissions`, `held`, `blocked`)."""
+
+    @cached_property
+    def pipelined(self) -> list[JobSpec]:
+        """Jobs that wait for capacity being freed (by their own victims, or by others' that free
+        enough for them too), in the order they claimed it: earlier cycles' preemptors first. In
+        a dry run each takes its part before the job weighed does (those after that job counted
+        on its part being taken)."""
+        specs = {j.id: j for j in self.snap.pending}
+        return [specs[j] for j in self.freeing if j in specs]
+
+    #: (job, site, placements) of the last dry run `job` passed (`_fits_without`)
+    last_fit: tuple[str, str, list[TaskPlacement]] | None = None
+
+    def _pipeline(self, job: JobSpec, victims: list[RunningJob]) -> None:
+        """`job` takes its part of what is being freed, where its last dry run placed it; its
+        `victims` (if any) stop. The state the next job counts on follows from the last one's
+        without a dry run: each of many preemptors in a cycle redid every one before it."""
+        if any(j.id == job.id for j in self.pipelined):  # an earlier cycle's: its part is worked out in _freed
+            self.stopping.extend(victims)
+            return
+        before = self.freed_states.get(self._freed_key(len(self.pipelined))) if self.stopping else (dict(self.cluster.site_free_milli), [])
+        self.stopping.extend(victims)
+        self.pipelined.append(job)
+        if before is not None and self.last_fit is not None and self.last_fit[0] == job.id:
+            _, site, placed = self.last_fit
+            free, ahead = dict(before[0]), before[1]
+            for v in victims:  # whole GPUs only: MIG instances are not counted there
+                if v.spec.mig_profile is None:
+                    free[v.site] = free.get(v.site, 0) + v.usage.gpu_milli
+            if job.mig_profile is None:
+                free[site] = free.get(site, 0) - job.per_task.gpu_milli * len(placed)
+            self.freed_states[self._freed_key(len(self.pipelined))] = (free, [*ahead, (job, placed)])
+
+    @cached_property
+    def freed_states(self) -> dict[tuple, tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]]:
+        return {}  # see _freed
+
+    def _freed(self, job: JobSpec) -> tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]:
+        """What `job` may count on once every stopping job has stopped and the jobs pipelined
+        ahead of it (all, if it is not pipelined) have taken their part: the free GPUs per site
+        then, and where those jobs go (fixed, as KAI's pipelined tasks are: more victims only free
+        more). Worked out once per state of the cycle and shared by every job that looks; within
+        a cycle the counts in the key only grow, but for pipelined jobs that start (admissions)."""
+        ahead = next((i for i, j in enumerate(self.pipelined) if j.id == job.id), len(self.pipelined))
+        key = self._freed_key(ahead)
+        hit = self.freed_states.get(key)
+        if hit is None:
+            placed_ahead: list[tuple[JobSpec, list[TaskPlacement]]] = []
+            with self._without(self.stopping):
+                for other in self.pipelined[:ahead]:
+                    placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
+                                   if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
+                                                       self._blocked_for(other))) is not None), None)
+                    if placed is not None:  # else it no longer fits: it weighs again when its turn comes
+                        placed_ahead.append((other, placed))
+                free = dict(self.cluster.site_free_milli)
+                for other, placed in placed_ahead:
+                    self.cluster.apply(other, placed, -1)
+            hit = self.freed_states[key] = (free, placed_ahead)
+        return hit
+
+    def _freed_key(self, ahead: int) -> tuple:
+        return (len(self.stopping), ahead, len(self.admissions), len(self.held), len(self.blocked))
+
+    @contextmanager
+    def _without(self, gone: list[RunningJob], placed: list[tuple[JobSpec, list[TaskPlacement]]] = ()):
+        """A dry run's state: the `gone` jobs off the quota tree and the nodes, the `placed` ones
+        on; restored on leaving."""
+        for v in gone:
+            self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
+            self.cluster.apply(v.spec, v.placements, -1)
+        for spec, p in placed:
+            self.quota.add(spec.queue, spec.per_task.times(len(p)), preemptible=spec.preemptible)
+            self.cluster.apply(spec, p)
+        try:
+            yield
+        finally:
+            for spec, p in reversed(placed):
+                self.cluster.apply(spec, p, -1)
+                self.quota.add(spec.queue, spec.per_task.times(len(p)), -1, spec.preemptible)
+            for v in reversed(gone):
+                self.quota.add(v.spec.queue, v.usage, preemptible=v.spec.preemptible)
+                self.cluster.apply(v.spec, v.placements)
+
+
+class FreedWorld:
+    """The state a job's victim search weighs in: every stopping job gone and the jobs pipelined
+    ahead of it placed (`Pipelining._freed`). Put on the quota tree and the nodes at the search's
+    first dry run and kept until it ends, so each dry run takes off only its own victims (each
+    took every stopping job off and put every pipelined one on: most of an incremental cycle)."""
+
+    def __init__(self, cycle: Pipelining, job: JobSpec):
+        self.cycle = cycle
+        self.free, self.ahead = cycle._freed(job) if cycle.stopping else (cycle.cluster.site_free_milli, [])
+        self.usage = cycle.quota.usage  # the queues' usage as it is: a copy once the world is on
+        self.applied = False
+        self._on = None
+
+    def apply(self) -> None:
+        if self.applied:
+            return
+        self.applied = True
+        if self.cycle.stopping or self.ahead:
+            self.usage = dict(self.cycle.quota.usage)
+            self._on = self.cycle._without(list(self.cycle.stopping), self.ahead)
+            self._on.__enter__()
+
+    def close(self) -> None:
+        if self._on is not None:
+            self._on.__exit__(None, None, None)
+            self._on = None
