@@ -110,6 +110,10 @@ CASES = [
          nodes=[(2, 4)], expect=expect_starts(w0=SOON, w1=104 + GRACE + 5),
          differs="before, the cycle at 104 did not see w0 (it looked at new jobs only), so w1 counted w0's victims as its own and "
                  "waited for them, then for victims of its own: it started at 120"),
+    Case("two high-priority jobs of one queue each preempt lower ones in one grace period", "ours (KAI: a preemptor is pipelined onto its victims)",
+         "  - {name: q0, deserved: {gpu: 8}}",
+         [J(f"lo{i}", "q0") for i in range(8)] + [J(f"hi{i}", "q0", at=100, gpus=4, kind="interactive") for i in range(2)], nodes=[(2, 4)],
+         expect=both(expect_starts(hi0=SOON, hi1=SOON), expect_preempted(*(f"lo{i}" for i in range(8)), reason="Priority"))),
     Case("one large victim frees enough for several lenders: it alone is preempted", "ours (KAI: a preemptor is pipelined onto its victims)",
          "  - {name: b, deserved: {gpu: 0}}\n" + "\n".join(f"  - {{name: l{i}, deserved: {{gpu: 4}}}}" for i in range(4)),
          [J("big", "b", gpus=4, tasks=4)] + [J(f"w{i}", f"l{i}", at=100, gpus=2) for i in range(4)], nodes=[(4, 4)],
