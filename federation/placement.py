@@ -66,6 +66,8 @@ def place_gang(
     """
     if job.mig_profile is None and job.per_task.gpu_milli * (job.min_tasks or job.tasks) > cluster.site_free_milli.get(site, 0):
         return None  # more GPUs than the site has free, however they are spread
+    if job.tasks == 1:  # the search finds whether any node holds it: no capacity to count, no rack to choose
+        return _greedy(cluster, job, 1, strategy, site, None, blocked)
     groups = _groups(cluster, site, job, blocked)
     capacity = sum(k * n for _, n, k in groups)
     want = min(job.tasks, capacity)
