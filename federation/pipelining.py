@@ -46,6 +46,7 @@ class Pipelining:
         self.pipelined.append(job)
         if before is not None and self.last_fit is not None and self.last_fit[0] == job.id:
             _, site, placed = self.last_fit
+            placed = placed[:self._elastic_cap(job).tasks]  # an elastic gang grows only within its deserved share
             free, ahead = dict(before[0]), before[1]
             for v in victims:  # whole GPUs only: MIG instances are not counted there
                 if v.spec.mig_profile is None:
@@ -69,8 +70,9 @@ class Pipelining:
         hit = self.freed_states.get(key)
         if hit is None:
             placed_ahead: list[tuple[JobSpec, list[TaskPlacement]]] = []
+            grown = [self._elastic_cap(other) for other in self.pipelined[:ahead]]  # as they will start: within deserved
             with self._without(self.stopping):
-                for other in self.pipelined[:ahead]:
+                for other in grown:
                     placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
                                    if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
                                                        self._blocked_for(other))) is not None), None)
