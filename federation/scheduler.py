@@ -194,12 +194,13 @@ class _Cycle(Preempting):
 
     def run(self) -> Plan:
         try:
-            return self._run()
+            plan = self._run()
         finally:
             for spec, placements in self.held:
                 self.cluster.apply(spec, placements, -1)
-            if "index" in self.__dict__:  # looked at this cycle
-                self._keep_index()
+        if "index" in self.__dict__:  # looked at this cycle
+            self._keep_index()
+        return plan
 
     def _keep_index(self) -> None:
         """Dry runs put back what they took but count as changes: the index still holds unless
