@@ -196,10 +196,12 @@ class DecisionCycle:
                            or (self.full_every_s is not None and now - self.last_full_s >= self.full_every_s))
         reservations = last.reservations if last else {}
         stopping = obs.stopping if obs.stopping is not None else tuple(r for r in obs.running if r.preempting)
-        snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived), reservations, full, stopping),
+        claimants = set(last.pipelined) if last else set()  # they start first where they claimed: looked at, as reservation holders
+        snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived) | claimants, reservations, full, stopping),
                         queues, covered, reservations, over, upcoming, claims, obs.stopped,
                         last.consolidating if last else {}, last.moving if last else {},
-                        {q: until for q, (_, until) in self.reclaimed.items() if until > now}, stopping, frozenset(obs.unreachable))
+                        {q: until for q, (_, until) in self.reclaimed.items() if until > now}, stopping, frozenset(obs.unreachable),
+                        last.pipelined if last else {})
         state = self.state or CycleState.build(snap, self.strategy)
         state.quota.past = past
         plan = out.plan = schedule(snap, now, state)

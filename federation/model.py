@@ -360,3 +360,5 @@ class Plan:
     consolidating: dict[str, tuple[tuple[str, ...], float]] = field(default_factory=dict)
     # mover -> (where it goes, until): held for it while it stops, and where it starts again
     moving: dict[str, tuple[tuple[TaskPlacement, ...], float]] = field(default_factory=dict)
+    # job -> where it goes once what is being freed for it is free: it starts there first (pipelined)
+    pipelined: dict[str, tuple[TaskPlacement, ...]] = field(default_factory=dict)

@@ -25,11 +25,51 @@ class Pipelining:
     @cached_property
     def pipelined(self) -> list[JobSpec]:
         """Jobs that wait for capacity being freed (by their own victims, or by others' that free
-        enough for them too), in the order they claimed it: earlier cycles' preemptors first. In
-        a dry run each takes its part before the job weighed does (those after that job counted
-        on its part being taken)."""
+        enough for them too), in the order they claimed it: earlier cycles' first. In a dry run
+        each takes its part before the job weighed does (those after that job counted on its
+        part being taken)."""
         specs = {j.id: j for j in self.snap.pending}
-        return [specs[j] for j in self.freeing if j in specs]
+        order = [*self.claimed, *(j for j in self.freeing if j not in self.claimed)]
+        return [specs[j] for j in order if j in specs]
+
+    @cached_property
+    def claimed(self) -> dict[str, tuple[TaskPlacement, ...]]:
+        """Places the last cycle's pipelined jobs claimed that are still being freed (see
+        `_start_pipelined`)."""
+        return {}
+
+    def _start_pipelined(self) -> set[str]:
+        """The last cycle's pipelined jobs start first, in the order they claimed, on the places
+        they claimed, once those are free (KAI binds a pipelined job to what its victims
+        release): in fair-share order, a job ordered before one took what was freed for it, as
+        its strategy placed it, and that one preempted again. A job whose places are still being
+        freed keeps them (`claimed`); one whose places went otherwise (a node gone, taken, its
+        quota refusing) weighs again as any job."""
+        pending = {j.id: j for j in self.snap.pending}
+        stopping_on = {p.node for r in self.stopping for p in r.placements}
+        started = set()
+        for job_id, places in self.snap.pipelined.items():
+            spec = pending.get(job_id)
+            site = self.cluster.nodes[places[0].node].node.site if places[0].node in self.cluster.nodes else None
+            if spec is None or site is None or site in self.snap.unreachable or self._stopped(spec.queue) is not None:
+                continue
+            if not self.cluster.can_take(spec, places):
+                if stopping_on.intersection(p.node for p in places):
+                    self.claimed[job_id] = places
+                continue
+            verdict = self.quota.check(spec.queue, spec.per_task.times(len(places)), spec.preemptible)
+            if verdict.ok:
+                self.cluster.apply(spec, places)
+                if self._admit(spec, site, list(places), verdict.borrowing) is None:
+                    started.add(job_id)
+        return started
+
+    def _claims_kept(self) -> dict[str, tuple[TaskPlacement, ...]]:
+        """For the next cycle: where each job still pipelined goes once what it counts on is free."""
+        if not (self.stopping and self.pipelined):
+            return {}
+        _, ahead = self._freed_upto(len(self.pipelined))
+        return {spec.id: tuple(placed) for spec, placed in ahead}
 
     #: (job, site, placements) of the last dry run `job` passed (`_fits_without`)
     last_fit: tuple[str, str, list[TaskPlacement]] | None = None
@@ -65,7 +105,10 @@ class Pipelining:
         then, and where those jobs go (fixed, as KAI's pipelined tasks are: more victims only free
         more). Worked out once per state of the cycle and shared by every job that looks; within
         a cycle the counts in the key only grow, but for pipelined jobs that start (admissions)."""
-        ahead = next((i for i, j in enumerate(self.pipelined) if j.id == job.id), len(self.pipelined))
+        return self._freed_upto(next((i for i, j in enumerate(self.pipelined) if j.id == job.id), len(self.pipelined)))
+
+    def _freed_upto(self, ahead: int) -> tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]:
+        """`_freed` with the first `ahead` pipelined jobs placed."""
         key = self._freed_key(ahead)
         hit = self.freed_states.get(key)
         if hit is None:
@@ -73,9 +116,14 @@ class Pipelining:
             grown = [self._elastic_cap(other) for other in self.pipelined[:ahead]]  # as they will start: within deserved
             with self._without(self.stopping):
                 for other in grown:
-                    placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
-                                   if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
-                                                       self._blocked_for(other))) is not None), None)
+                    mine = self.claimed.get(other.id)
+                    if mine is not None and self.cluster.can_take(other, mine):  # where it claimed last cycle
+                        self.cluster.apply(other, mine)
+                        placed = list(mine)
+                    else:
+                        placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
+                                       if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
+                                                           self._blocked_for(other))) is not None), None)
                     if placed is not None:  # else it no longer fits: it weighs again when its turn comes
                         placed_ahead.append((other, placed))
                 free = dict(self.cluster.site_free_milli)

@@ -69,6 +69,7 @@ class Snapshot:
     borrow_backoff: dict[str, float] = field(default_factory=dict)  # queue -> until when it may not borrow (reclaim back-off)
     stopping: tuple[RunningJob, ...] | None = None  # of `running`, those within a preemption's grace (None: found by a scan)
     unreachable: frozenset[str] = frozenset()  # sites that do not answer now: nothing is placed there
+    pipelined: dict[str, tuple[TaskPlacement, ...]] = field(default_factory=dict)  # kept from the last plan
 
 
 @dataclass
@@ -215,6 +216,8 @@ class _Cycle(Preempting):
         # what they leave of it is everyone's in this same cycle. Anything else (other nodes, a
         # claimant its nodes do not fit) goes in fair-share order, as always.
         started = self._move() if self.moving else set()
+        if self.snap.pipelined:
+            started |= self._start_pipelined()
         if self.claims:
             claimants = {j for jobs in self.claims.values() for j in jobs}
             for job in sorted((j for j in self.snap.pending if j.id in claimants), key=lambda j: (-j.priority, j.submit_s, j.id)):
@@ -232,7 +235,7 @@ class _Cycle(Preempting):
                 self.preemptions.append(Preemption(r.spec.id, "WindowPrepare"))
         over = self._shrink()
         return Plan(tuple(self.admissions), tuple(self.preemptions), tuple(self.requests), self.pending, self.reservations, over, self.wake_at,
-                    tuple(self.unclaimed), self.consolidating, self.moving)
+                    tuple(self.unclaimed), self.consolidating, self.moving, self._claims_kept())
 
     def _move(self) -> set[str]:
         """Jobs consolidation moves: one that has stopped starts where it was planned to go, first
