@@ -51,7 +51,8 @@ class Pipelining:
         for job_id, places in self.snap.pipelined.items():
             spec = pending.get(job_id)
             site = self.cluster.nodes[places[0].node].node.site if places[0].node in self.cluster.nodes else None
-            if spec is None or site is None or site in self.snap.unreachable or self._stopped(spec.queue) is not None:
+            if (spec is None or site is None or site in self.snap.unreachable or spec.queue not in self.quota.queues
+                    or self._stopped(spec.queue) is not None):
                 continue
             if not self.cluster.can_take(spec, places):
                 if stopping_on.intersection(p.node for p in places):
