@@ -66,11 +66,13 @@ class Pipelining:
         return started
 
     def _claims_kept(self) -> dict[str, tuple[TaskPlacement, ...]]:
-        """For the next cycle: where each job still pipelined goes once what it counts on is free."""
+        """For the next cycle: where each job whose own victims still stop goes once they have.
+        (A job that only counts on others' victims keeps no claim: its place is weighed again in
+        fair-share order, or a borrower's would start ahead of lenders.)"""
         if not (self.stopping and self.pipelined):
             return {}
         _, ahead = self._freed_upto(len(self.pipelined))
-        return {spec.id: tuple(placed) for spec, placed in ahead}
+        return {spec.id: tuple(placed) for spec, placed in ahead if spec.id in self.freeing}
 
     #: (job, site, placements) of the last dry run `job` passed (`_fits_without`)
     last_fit: tuple[str, str, list[TaskPlacement]] | None = None
@@ -122,9 +124,11 @@ class Pipelining:
                         self.cluster.apply(other, mine)
                         placed = list(mine)
                     else:
+                        # a preemptor goes where its own victims free, not where others' do (as it is admitted)
+                        blocked = self._blocked_for(other) | (self._freed_for_others(other) if other.id in self.freeing else frozenset())
                         placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
                                        if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
-                                                           self._blocked_for(other))) is not None), None)
+                                                           blocked)) is not None), None)
                     if placed is not None:  # else it no longer fits: it weighs again when its turn comes
                         placed_ahead.append((other, placed))
                 free = dict(self.cluster.site_free_milli)

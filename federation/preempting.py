@@ -130,7 +130,7 @@ class Preempting(Pipelining):
         if not (self.policies.preemption.consolidation and need.gpu_milli):
             return False
         budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
-        blocked = self._blocked_for(job)
+        blocked = self._blocked_for(job) | self._freed_for_others(job)
         for site in sites:
             free = free_gpu_milli(self.cluster, frozenset({site}), mig=False)
             free -= sum(self.cluster.nodes[n].free_gpu_milli for n in blocked
@@ -170,6 +170,12 @@ class Preempting(Pipelining):
             return True
         return False
 
+    def _freed_for_others(self, job: JobSpec) -> frozenset[str]:
+        """Nodes being freed for other jobs (their victims stopping): consolidation neither
+        targets them nor moves jobs onto them, or a lender's reclaim would free capacity for a
+        gang it never asked for."""
+        return frozenset(n for j, nodes in self.freeing.items() if j != job.id for n in nodes)
+
     def _moved(self, job: JobSpec, site: str, movers: list[RunningJob]) -> tuple[tuple[str, ...], dict[str, tuple[TaskPlacement, ...]]] | None:
         """The nodes `job` would take at `site` were `movers` gone, and where each mover would go
         instead, if each fits elsewhere on the site (a dry run: the state is restored). A mover's
@@ -181,14 +187,14 @@ class Preempting(Pipelining):
             self.cluster.apply(v.spec, v.placements, -1)
         undo: list[tuple[JobSpec, list[TaskPlacement]]] = []
         try:
-            placed = place_gang(self.cluster, job, site, self.strategy, topology, self._blocked_for(job))
+            placed = place_gang(self.cluster, job, site, self.strategy, topology, self._blocked_for(job) | self._freed_for_others(job))
             if placed is None:
                 return None
             undo.append((job, placed))
             places = {}
             for v in movers:
                 spec = replace(v.spec, tasks=len(v.placements), min_tasks=None)
-                again = place_gang(self.cluster, spec, site, self.strategy, topology, self._blocked_for(v.spec) | present)
+                again = place_gang(self.cluster, spec, site, self.strategy, topology, self._blocked_for(v.spec) | self._freed_for_others(job) | present)
                 if again is None:
                     return None
                 undo.append((spec, again))
