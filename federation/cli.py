@@ -18,6 +18,7 @@ import typer
 from federation import config as config_mod
 from federation.console import err, out, print_json, progress, redraw
 from federation.errors import ConfigError, FederationError, Unreachable
+from federation.mig.catalog import MAX_PLAN_GPUS
 
 app = typer.Typer(no_args_is_help=True, help="Federate GPU capacity across an IDC and public clouds.")
 mig_app = typer.Typer(no_args_is_help=True, help="MIG profiles and partition planning.")
@@ -527,7 +528,7 @@ def mig_profiles(
 @mig_app.command("plan")
 def mig_plan(
     gpu: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. A100-80GB.")],
-    gpus: Annotated[int, typer.Option("--gpus", min=0, max=100_000, help="How many GPUs to plan (a site's, at most 100,000).")],
+    gpus: Annotated[int, typer.Option("--gpus", min=0, max=MAX_PLAN_GPUS, help=f"How many GPUs to plan (a site's, at most {MAX_PLAN_GPUS:,}).")],
     demand: Annotated[str, typer.Option("--demand", help="NAME=COUNT[,NAME=COUNT...], e.g. 1g.10gb=7,3g.40gb=2.")],
     current: Annotated[Path | None, typer.Option("--current", help='JSON {"layouts": [[{"profile", "start", "busy"?}...] per GPU]}.')] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+#: the most GPUs one MIG plan covers (`fedctl mig plan --gpus`, the layouts of `--current`): a site's
+MAX_PLAN_GPUS = 100_000
+
 
 @dataclass(frozen=True)
 class Profile:

@@ -21,9 +21,9 @@ from pydantic import (
 
 from federation.errors import FederationError
 from federation.jobs import problems
+from federation.mig.catalog import MAX_PLAN_GPUS
 
 MAX_COUNT = 10_000_000  # instances of one profile: 7 per GPU on 100,000 GPUs is 700,000
-MAX_GPUS = 100_000
 
 
 class Instance(BaseModel):
@@ -39,7 +39,7 @@ class Instance(BaseModel):
 class Current(BaseModel):
     """The file: `fedctl mig plan --json`'s own output reads back (its other keys are ignored)."""
 
-    layouts: Annotated[list[Annotated[list[Instance], Field(max_length=8)]], Field(max_length=MAX_GPUS)]
+    layouts: Annotated[list[Annotated[list[Instance], Field(max_length=8)]], Field(max_length=MAX_PLAN_GPUS)]
 
 
 _BARE = TypeAdapter(Current.model_fields["layouts"].annotation)
