@@ -28,8 +28,9 @@ class Pipelining:
         enough for them too), in the order they claimed it: earlier cycles' first. In a dry run
         each takes its part before the job weighed does (those after that job counted on its
         part being taken)."""
-        specs = {j.id: j for j in self.snap.pending}
         order = [*self.claimed, *(j for j in self.freeing if j not in self.claimed)]
+        wanted = set(order)
+        specs = {j.id: j for j in self.snap.pending if j.id in wanted}
         return [specs[j] for j in order if j in specs]
 
     @cached_property
@@ -45,7 +46,7 @@ class Pipelining:
         its strategy placed it, and that one preempted again. A job whose places are still being
         freed keeps them (`claimed`); one whose places went otherwise (a node gone, taken, its
         quota refusing) weighs again as any job."""
-        pending = {j.id: j for j in self.snap.pending}
+        pending = {j.id: j for j in self.snap.pending if j.id in self.snap.pipelined}
         stopping_on = {p.node for r in self.stopping for p in r.placements}
         started = set()
         for job_id, places in self.snap.pipelined.items():
@@ -58,11 +59,8 @@ class Pipelining:
                 if stopping_on.intersection(p.node for p in places):
                     self.claimed[job_id] = places
                 continue
-            verdict = self.quota.check(spec.queue, spec.per_task.times(len(places)), spec.preemptible)
-            if verdict.ok:
-                self.cluster.apply(spec, places)
-                if self._admit(spec, site, list(places), verdict.borrowing) is None:
-                    started.add(job_id)
+            if self._start_at(spec, site, places):
+                started.add(job_id)
         return started
 
     def _claims_kept(self) -> dict[str, tuple[TaskPlacement, ...]]:

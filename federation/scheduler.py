@@ -249,20 +249,23 @@ class _Cycle(Preempting):
                     or self.cluster.nodes[placements[0].node].node.site in self.snap.unreachable):
                 del self.moving[job_id]
                 continue
-            self.cluster.apply(spec, placements)
             if job_id in running:
+                self.cluster.apply(spec, placements)
                 self.held.append((spec, placements))
             else:
                 del self.moving[job_id]
-                verdict = self.quota.check(spec.queue, spec.per_task.times(len(placements)), spec.preemptible)
-                site = self.cluster.nodes[placements[0].node].node.site
-                if verdict.ok and self._admit(spec, site, list(placements), verdict.borrowing) is None:
+                if self._start_at(spec, self.cluster.nodes[placements[0].node].node.site, placements):
                     started.add(job_id)
-                elif verdict.ok:
-                    pass  # a hold took it back (_admit undid the placement)
-                else:
-                    self.cluster.apply(spec, placements, -1)
         return started
+
+    def _start_at(self, spec: JobSpec, site: str, placements: Sequence[TaskPlacement]) -> bool:
+        """Admit `spec` on places held for it (free now), if its quota lets it and no other
+        queue's guarantee holds them (else nothing stays placed)."""
+        verdict = self.quota.check(spec.queue, spec.per_task.times(len(placements)), spec.preemptible)
+        if not verdict.ok:
+            return False
+        self.cluster.apply(spec, placements)
+        return self._admit(spec, site, list(placements), verdict.borrowing) is None  # a hold takes it back: _admit undoes it
 
     def _stopped(self, leaf: str) -> str | None:
         """The queue on `leaf`'s path an operator paused or drained, if any."""
@@ -403,7 +406,7 @@ class _Cycle(Preempting):
             grown = self._elastic_cap(job)
             blocked = self._blocked_for(job)
             if self.freeing:  # only admissions: a job may still count on them when it weighs preempting
-                blocked = blocked.union(n for j, nodes in self.freeing.items() if j != job.id for n in nodes)
+                blocked = blocked | self._freed_for_others(job)
             for site in sites:
                 placed = place_gang(self.cluster, grown, site, self.strategy, self.policies.placement.gang_topology, blocked)
                 if placed is None:
