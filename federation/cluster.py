@@ -135,29 +135,54 @@ class ClusterState:
     def apply(self, job: JobSpec, placements: Iterable[TaskPlacement], sign: int = 1) -> None:
         """Take (sign=1) or give back (sign=-1) what `placements` hold. Raises SnapshotError on overcommit."""
         for p in placements:
-            st = self.nodes.get(p.node)
-            if st is None:
-                raise SnapshotError(f"job {job.id} is placed on unknown node {p.node!r}")
+            st = self._node_of(job, p)
             self._unindex(st)
-            st.tasks += sign
-            st.cpu_free -= sign * job.per_task.cpu_milli
-            st.mem_free -= sign * job.per_task.memory_mib
-            if p.mig is not None:
-                if sign > 0:
-                    if p.mig not in st.mig_free:
-                        raise SnapshotError(f"job {job.id}: MIG instance {p.mig} on {p.node} is not free")
-                    del st.mig_free[p.mig]
-                else:
-                    st.mig_free[p.mig] = None
-            elif p.gpu_milli is not None:
-                st.gpu_free[p.gpus[0]] -= sign * p.gpu_milli
-            else:
-                for g in p.gpus:
-                    st.gpu_free[g] -= sign * GPU
-            if st.cpu_free < 0 or st.mem_free < 0 or any(f < 0 for f in st.gpu_free) or any(f > GPU for f in st.gpu_free):
-                raise SnapshotError(f"node {p.node} is overcommitted by job {job.id}")
+            _take(st, job, p, sign)
+            _check(st, job)
             if st.node.schedulable:
                 self._index(st)
+
+    def shift(self, changes: Iterable[tuple[JobSpec, Iterable[TaskPlacement], int]]) -> dict[str, tuple]:
+        """`apply` for several jobs at once (job, placements, sign), for a dry run: each node
+        touched is re-indexed once, and `restore` copies the saved nodes back (undoing job by
+        job, every dry run cost as much again)."""
+        saved: dict[str, tuple] = {}
+        try:
+            for job, placements, sign in changes:
+                for p in placements:
+                    st = self._node_of(job, p)
+                    if p.node not in saved:
+                        saved[p.node] = (list(st.gpu_free), st.cpu_free, st.mem_free, dict(st.mig_free), st.tasks)
+                        self._unindex(st)
+                    _take(st, job, p, sign)
+                    _check(st, job)
+        except SnapshotError:
+            self._reindex(saved)
+            self.restore(saved)
+            raise
+        self._reindex(saved)
+        return saved
+
+    def _reindex(self, names: Iterable[str]) -> None:
+        for name in names:
+            st = self.nodes[name]
+            if st.node.schedulable:
+                self._index(st)
+
+    def restore(self, saved: dict[str, tuple]) -> None:
+        """Undo a `shift`: its nodes as they were."""
+        for name, (gpu_free, cpu_free, mem_free, mig_free, tasks) in saved.items():
+            st = self.nodes[name]
+            self._unindex(st)
+            st.gpu_free, st.cpu_free, st.mem_free, st.mig_free, st.tasks = gpu_free, cpu_free, mem_free, mig_free, tasks
+            if st.node.schedulable:
+                self._index(st)
+
+    def _node_of(self, job: JobSpec, p: TaskPlacement) -> NodeState:
+        st = self.nodes.get(p.node)
+        if st is None:
+            raise SnapshotError(f"job {job.id} is placed on unknown node {p.node!r}")
+        return st
 
     def can_take(self, job: JobSpec, placements: Iterable[TaskPlacement]) -> bool:
         """Whether `apply(job, placements)` would succeed now (nothing changes): a place decided in
@@ -181,6 +206,30 @@ class ClusterState:
     def apply_running(self, running: Iterable[RunningJob]) -> None:
         for r in running:
             self.apply(r.spec, r.placements)
+
+
+def _take(st: NodeState, job: JobSpec, p: TaskPlacement, sign: int) -> None:
+    """One task's resources off the node (sign 1) or back on it (-1); the index is the caller's."""
+    st.tasks += sign
+    st.cpu_free -= sign * job.per_task.cpu_milli
+    st.mem_free -= sign * job.per_task.memory_mib
+    if p.mig is not None:
+        if sign > 0:
+            if p.mig not in st.mig_free:
+                raise SnapshotError(f"job {job.id}: MIG instance {p.mig} on {p.node} is not free")
+            del st.mig_free[p.mig]
+        else:
+            st.mig_free[p.mig] = None
+    elif p.gpu_milli is not None:
+        st.gpu_free[p.gpus[0]] -= sign * p.gpu_milli
+    else:
+        for g in p.gpus:
+            st.gpu_free[g] -= sign * GPU
+
+
+def _check(st: NodeState, job: JobSpec) -> None:
+    if st.cpu_free < 0 or st.mem_free < 0 or any(f < 0 for f in st.gpu_free) or any(f > GPU for f in st.gpu_free):
+        raise SnapshotError(f"node {st.node.name} is overcommitted by job {job.id}")
 
 
 @dataclass(frozen=True)

@@ -142,21 +142,16 @@ class Pipelining:
     def _without(self, gone: list[RunningJob], placed: list[tuple[JobSpec, list[TaskPlacement]]] = ()):
         """A dry run's state: the `gone` jobs off the quota tree and the nodes, the `placed` ones
         on; restored on leaving."""
-        for v in gone:
-            self.quota.add(v.spec.queue, v.usage, -1, v.spec.preemptible)
-            self.cluster.apply(v.spec, v.placements, -1)
-        for spec, p in placed:
-            self.quota.add(spec.queue, spec.per_task.times(len(p)), preemptible=spec.preemptible)
-            self.cluster.apply(spec, p)
+        quota = self.quota.shift([*((v.spec.queue, v.usage, -1, v.spec.preemptible) for v in gone),
+                                  *((spec.queue, spec.per_task.times(len(p)), 1, spec.preemptible) for spec, p in placed)])
         try:
-            yield
+            nodes = self.cluster.shift([*((v.spec, v.placements, -1) for v in gone), *((spec, p, 1) for spec, p in placed)])
+            try:
+                yield
+            finally:
+                self.cluster.restore(nodes)
         finally:
-            for spec, p in reversed(placed):
-                self.cluster.apply(spec, p, -1)
-                self.quota.add(spec.queue, spec.per_task.times(len(p)), -1, spec.preemptible)
-            for v in reversed(gone):
-                self.quota.add(v.spec.queue, v.usage, preemptible=v.spec.preemptible)
-                self.cluster.apply(v.spec, v.placements)
+            self.quota.restore(quota)
 
 
 class FreedWorld:

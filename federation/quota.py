@@ -21,7 +21,7 @@ capability C, borrowing limit B and lending limit L:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from federation.errors import SnapshotError
@@ -125,6 +125,72 @@ class QuotaTree:
                 self.root_held = self.root_held + delta
             else:
                 self.kids_held[parent] = self.kids_held[parent] + delta
+
+    def shift(self, changes: Iterable[tuple[str, Resources, int, bool]]) -> tuple:
+        """`add` for several jobs at once (leaf, usage, sign, preemptible), for a dry run: held is
+        carried up once per queue touched, and `restore` copies the saved values back (undoing job
+        by job, every dry run cost as much again)."""
+        usage, jobs, fixed = self.usage, self.jobs, self.fixed
+        deltas: dict[str, list[int]] = {}  # queue -> usage (gpu, cpu, memory), jobs, non-preemptible usage: plain sums first
+        for leaf, r, sign, preemptible in changes:
+            g, c, m = r.gpu_milli * sign, r.cpu_milli * sign, r.memory_mib * sign
+            for a in self._paths[leaf]:
+                d = deltas.get(a)
+                if d is None:
+                    d = deltas[a] = [0] * 7
+                d[0] += g
+                d[1] += c
+                d[2] += m
+                d[3] += sign
+                if not preemptible:
+                    d[4] += g
+                    d[5] += c
+                    d[6] += m
+        saved_usage = {a: usage[a] for a in deltas}
+        saved_jobs = {a: jobs[a] for a in deltas}
+        saved_fixed = {a: fixed[a] for a in deltas}
+        for a, (g, c, m, n, fg, fc, fm) in deltas.items():
+            u = usage[a]
+            usage[a] = Resources(u.gpu_milli + g, u.cpu_milli + c, u.memory_mib + m)
+            jobs[a] += n
+            if fg or fc or fm:
+                f = fixed[a]
+                fixed[a] = Resources(f.gpu_milli + fg, f.cpu_milli + fc, f.memory_mib + fm)
+        root = self.root_usage
+        for a, d in deltas.items():
+            if self.queues[a].parent is None:
+                root = Resources(root.gpu_milli + d[0], root.cpu_milli + d[1], root.memory_mib + d[2])
+        saved = (saved_usage, saved_jobs, saved_fixed, {a: self.held[a] for a in saved_usage},
+                 {a: self.kids_held[a] for a in saved_usage if self.children[a]}, self.root_usage, self.root_held)
+        self.root_usage = root
+        for a in sorted(saved_usage, key=lambda a: len(self._paths[a]), reverse=True):  # children before parents
+            base = self.kids_held[a] if self.children[a] else usage[a]
+            new = base.max(self.reserve[a])
+            delta = new - self.held[a]
+            self.held[a] = new
+            parent = self.queues[a].parent
+            if parent is None:
+                self.root_held = self.root_held + delta
+            else:
+                self.kids_held[parent] = self.kids_held[parent] + delta
+        self._changed(saved_usage)
+        return saved
+
+    def restore(self, saved: tuple) -> None:
+        """Undo a `shift`: what it touched as it was. The counters still move (what was derived
+        during the dry run no longer holds)."""
+        usage, jobs, fixed, held, kids_held, self.root_usage, self.root_held = saved
+        self.usage.update(usage)
+        self.jobs.update(jobs)
+        self.fixed.update(fixed)
+        self.held.update(held)
+        self.kids_held.update(kids_held)
+        self._changed(usage)
+
+    def _changed(self, queues: Iterable[str]) -> None:
+        for t in {self._paths[a][-1] for a in queues}:
+            self.versions[t] += 1
+        self.changes += 1
 
     # ---- admission ----
 
