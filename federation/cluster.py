@@ -147,6 +147,7 @@ class ClusterState:
         touched is re-indexed once, and `restore` copies the saved nodes back (undoing job by
         job, every dry run cost as much again)."""
         saved: dict[str, tuple] = {}
+        last: dict[str, JobSpec] = {}  # node -> the last job changed there, named if it ends overcommitted
         try:
             for job, placements, sign in changes:
                 for p in placements:
@@ -155,7 +156,9 @@ class ClusterState:
                         saved[p.node] = (list(st.gpu_free), st.cpu_free, st.mem_free, dict(st.mig_free), st.tasks)
                         self._unindex(st)
                     _take(st, job, p, sign)
-                    _check(st, job)
+                    last[p.node] = job
+            for name, job in last.items():  # the end state must hold: what goes frees before what comes takes
+                _check(self.nodes[name], job)
         except SnapshotError:
             self._reindex(saved)
             self.restore(saved)
@@ -228,7 +231,7 @@ def _take(st: NodeState, job: JobSpec, p: TaskPlacement, sign: int) -> None:
 
 
 def _check(st: NodeState, job: JobSpec) -> None:
-    if st.cpu_free < 0 or st.mem_free < 0 or any(f < 0 for f in st.gpu_free) or any(f > GPU for f in st.gpu_free):
+    if st.cpu_free < 0 or st.mem_free < 0 or (st.gpu_free and (min(st.gpu_free) < 0 or max(st.gpu_free) > GPU)):
         raise SnapshotError(f"node {st.node.name} is overcommitted by job {job.id}")
 
 

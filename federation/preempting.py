@@ -225,6 +225,11 @@ class Preempting(Pipelining):
         for v in victims if world.applied else (*self.stopping, *victims):
             for p in v.placements:
                 on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
+        if not world.applied:  # what the jobs pipelined ahead take of it is not there for this one
+            for spec, placed in world.ahead:
+                for p in placed:
+                    if p.node in on_node and p.mig is None:
+                        on_node[p.node] -= spec.per_task.gpu_milli
         nodes = self.cluster.nodes
         for s in sites:
             extra = sum((nodes[n].free_gpu_milli + g) // per for n, g in on_node.items() if n in nodes and nodes[n].node.site == s)
