@@ -9,6 +9,7 @@ import pytest
 from federation.errors import JobRejected, SnapshotError
 from federation.feasibility import check_job
 from federation.model import Node, RunningJob, TaskPlacement
+from federation.preempting import Preempting
 from federation.quota import QuotaTree
 from federation.scheduler import CycleState, schedule
 
@@ -353,9 +354,10 @@ def test_victims_scattered_one_gpu_a_node_are_not_dry_run_until_a_node_could_hol
     # off the quota tree and the nodes and placing the task: 1,632 quota updates for nothing.
     f = fed([q("b", deserved=8), q("l", deserved=40)], [site("idc", count=6)], max_victims=48)
     running = _scattered(f)
-    calls = []
-    real = QuotaTree.add
-    monkeypatch.setattr(QuotaTree, "add", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    calls = []  # a job's usage put on or taken off the quota tree, alone (add) or in a dry run's shift
+    real_add, real_shift = QuotaTree.add, QuotaTree.shift
+    monkeypatch.setattr(QuotaTree, "add", lambda self, *a, **k: calls.append(1) or real_add(self, *a, **k))
+    monkeypatch.setattr(QuotaTree, "shift", lambda self, changes: calls.extend(changes := list(changes)) or real_shift(self, changes))
     plan = schedule(snapshot(f, pending=[job("want", "l", gpus=8, submit=100)], running=running), 50)
     assert not plan.preemptions and plan.pending["want"].code != "WaitingForReclaim"
     assert len(calls) <= 100, f"{len(calls)} quota updates"
@@ -415,3 +417,28 @@ def test_victims_already_stopping_are_not_chosen_again_by_a_later_cycle_that_kee
     flagged = tuple(r for r in stopping if r.preempting)
     plan = schedule(snapshot(f, running=stopping, stopping=flagged, pending=[job("w1", "l10", gpus=8, submit=101)]), 51, state)
     assert plan.preemptions and not preempted(plan) & first, "a victim already stopping was chosen again"
+
+
+def test_a_job_does_not_dry_run_on_nodes_that_jobs_pipelined_ahead_of_it_have_taken(monkeypatch):
+    # b's 8 one-GPU jobs fill idc-0; o runs 4 GPUs on each of idc-1 and idc-2, so 8 GPUs are free
+    # but no node has 8. w0 preempts b's 8 and is pipelined onto idc-0; w1 may take no victim (the
+    # cycle's budget is spent). The bound counted idc-0's 8 GPUs as freed for w1 too, and so put
+    # the stopping and pipelined jobs on the tree and the nodes for a dry run that could not pass.
+    f = fed([q("b", deserved=0), q("o", deserved=8), q("l0", deserved=8), q("l1", deserved=8)], [site("idc", count=3)], max_victims=8)
+    running = [RunningJob(job(f"b{i}", "b", gpus=1), "idc", (TaskPlacement("idc-0", (i,)),), 0.0) for i in range(8)]
+    running += [RunningJob(job(f"o{n}", "o", gpus=4), "idc", (TaskPlacement(f"idc-{n}", (0, 1, 2, 3)),), 0.0) for n in (1, 2)]
+    searching, shifts = [], []  # the job whose victims are being looked for; the dry runs made for it
+    real_shift, real_try = QuotaTree.shift, Preempting._try_preempt
+    monkeypatch.setattr(QuotaTree, "shift", lambda self, changes: shifts.append(searching[-1] if searching else None) or real_shift(self, changes))
+
+    def trying(self, job, sites):
+        searching.append(job.id)
+        try:
+            return real_try(self, job, sites)
+        finally:
+            searching.pop()
+
+    monkeypatch.setattr(Preempting, "_try_preempt", trying)
+    plan = schedule(snapshot(f, pending=[job("w0", "l0", gpus=8, submit=100), job("w1", "l1", gpus=8, submit=101)], running=running), 50)
+    assert preempted(plan) == {f"b{i}" for i in range(8)} and plan.pending["w0"].code == "WaitingForReclaim", plan.pending
+    assert "w0" in shifts and "w1" not in shifts
