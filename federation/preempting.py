@@ -14,6 +14,7 @@ several jobs counting on what is being freed each take their part in turn
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain
 
 from federation.holds import free_gpu_milli
 from federation.model import (
@@ -27,7 +28,7 @@ from federation.model import (
 )
 from federation.pipelining import FreedWorld, Pipelining
 from federation.placement import capacity_for, place_gang
-from federation.preemption import Candidate, Reclaimable, candidates, reclaimable, select_victims
+from federation.preemption import Candidate, Reclaimable, candidates, select_victims
 
 
 class Preempting(Pipelining):
@@ -104,8 +105,8 @@ class Preempting(Pipelining):
         key = (tuple(sites), len(self.admissions))
         hit = self.index.reclaim.get(key)
         if hit is None:
-            borrowed = (r for q, rs in self.index.by_queue.items() if self.quota.borrowing(q) for r in rs)
-            hit = self.index.reclaim[key] = reclaimable(borrowed, set(sites))
+            borrowed = chain.from_iterable(rs for q, rs in self.index.by_queue.items() if self.quota.borrowing(q))
+            hit = self.index.reclaim[key] = Reclaimable(borrowed, set(sites))
         return hit
 
     def _hold_back(self, job: JobSpec) -> None:

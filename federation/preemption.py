@@ -15,6 +15,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from heapq import heapify, heappop
 
 from federation.model import JobSpec, RunningJob
 
@@ -25,26 +27,51 @@ class Candidate:
     reason: str  # Reclaim | Priority | ReclaimWhileBorrowing
 
 
-@dataclass(frozen=True)
 class Reclaimable:
     """Running gangs of queues above their deserved share, on some sites: the victims reclaim
     may take, whoever reclaims. The same for every job that weighs reclaim until the quota tree
     or the running jobs change, so it is built once for them all (each job listing and sorting
     every running gang made an incremental cycle at 8,500 running take half a second), and kept
     across cycles while nothing changes (`RunningIndex`): which are too young to take is asked
-    at each cycle's time."""
+    at each cycle's time.
 
-    ordered: list[RunningJob]  # best victim first: lowest priority, then least run time lost, then fewest GPUs
-    by_start: list[RunningJob]  # earliest start first
-    starts: list[float]  # their starts, to bisect
+    Put in order lazily: victim searches look at the front, so the gangs wait in a heap and are
+    popped into `ordered` as far as some search has read. Sorting all of them was most of the
+    first incremental cycle after any change (8,000 gangs: 12 ms of 27; 60,000: 0.18 s)."""
 
+    def __init__(self, running: Iterable[RunningJob], sites: set[str]):
+        self._heap = [(_victim_order(r), i, r) for i, r in enumerate(running)  # i: jobs are never compared
+                      if not r.preempting and r.spec.preemptible and r.site in sites]
+        heapify(self._heap)
+        self._ordered: list[RunningJob] = []
+        self._latest = max((e[2].started_s for e in self._heap), default=float("-inf"))
 
-def reclaimable(running: Iterable[RunningJob], sites: set[str]) -> Reclaimable:
-    """`running`: the jobs of the queues that borrow now."""
-    ordered = [r for r in running if not r.preempting and r.spec.preemptible and r.site in sites]
-    by_start = sorted(ordered, key=lambda r: r.started_s)
-    ordered.sort(key=_victim_order)
-    return Reclaimable(ordered, by_start, [r.started_s for r in by_start])
+    def ordered(self) -> Iterator[RunningJob]:
+        """Best victim first: lowest priority, then least run time lost, then fewest GPUs."""
+        i = 0
+        while True:
+            if i == len(self._ordered):
+                if not self._heap:
+                    return
+                if i > len(self._heap):  # read this far, the rest is cheaper sorted in one go
+                    self._ordered += [e[2] for e in sorted(self._heap)]
+                    self._heap.clear()
+                else:
+                    self._ordered.append(heappop(self._heap)[2])
+            yield self._ordered[i]
+            i += 1
+
+    def first_start_after(self, after: float, takes: Callable[[RunningJob], bool]) -> float | None:
+        """The earliest start later than `after` among the gangs `takes` accepts."""
+        if after >= self._latest:  # none started later: no need to sort them by start
+            return None
+        by_start, starts = self._by_start
+        return next((by_start[i].started_s for i in range(bisect_right(starts, after), len(by_start)) if takes(by_start[i])), None)
+
+    @cached_property
+    def _by_start(self) -> tuple[list[RunningJob], list[float]]:
+        every = sorted([*self._ordered, *(e[2] for e in self._heap)], key=lambda r: r.started_s)
+        return every, [r.started_s for r in every]
 
 
 class RunningIndex:
@@ -86,13 +113,10 @@ def candidates(job: JobSpec, own: Sequence[RunningJob], others: Reclaimable | No
         return None
 
     lower = sorted((r for r in own if not r.preempting and r.spec.preemptible and r.site in sites and r.spec.priority < job.priority), key=_victim_order)
-    young = None
-    if others:
-        by_start = others.by_start
-        young = next((by_start[i].started_s for i in range(bisect_right(others.starts, reclaimable_from), len(by_start)) if kind(by_start[i])), None)
+    young = others.first_start_after(reclaimable_from, kind) if others else None
 
     def ordered() -> Iterator[Candidate]:
-        for r in others.ordered if others else ():
+        for r in others.ordered() if others else ():
             if r.started_s <= reclaimable_from and (k := kind(r)) is not None:
                 yield Candidate(r, k)
         for r in lower:  # after all borrowed work: a queue's own lower priorities go last
