@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from federation.live_state import LiveState
 from federation.mig.manager import CAPACITY_REASONS, MigManager
 from federation.model import (
     Federation,
@@ -124,7 +125,8 @@ class DecisionCycle:
 
     def __init__(self, fed: Federation, state: CycleState | None = None, full_every_s: float | None = FULL_EVERY_S):
         self.fed = fed
-        self.state = state  # the simulator keeps one across cycles; live, each cycle builds its own
+        self.state = state  # the simulator's, which it keeps up to date with its own events
+        self.live = LiveState() if state is None else None  # live: kept here, brought up to date from each observation
         self.full_every_s = full_every_s
         self.queues: tuple[Queue, ...] | None = None
         self.last: Plan | None = None
@@ -188,7 +190,10 @@ class DecisionCycle:
         # waited then would wait the same way now (see incremental_pending).
         in_flight = tuple(f for f in obs.in_flight if f.request_id not in {rid for rid, _ in out.cancel})
         covered = frozenset(j for f in in_flight for j in f.jobs)
-        fingerprint = (obs.running, obs.nodes, queues, covered, tuple(sorted(upcoming.items())), tuple(sorted(obs.stopped.items())),
+        # live, the last cycle's tuple when no running job changed: compared by identity, and
+        # what the cycle kept from it (reclaim's victims) holds
+        running = self.live.observe(obs.running) if self.live is not None else obs.running
+        fingerprint = (running, obs.nodes, queues, covered, tuple(sorted(upcoming.items())), tuple(sorted(obs.stopped.items())),
                        tuple(sorted(obs.unreachable)))
         last = self.last
         out.full = full = (last is None or bool(last.admissions or last.preemptions) or self.scaled or fingerprint != self.fingerprint
@@ -197,14 +202,21 @@ class DecisionCycle:
         reservations = last.reservations if last else {}
         stopping = obs.stopping if obs.stopping is not None else tuple(r for r in obs.running if r.preempting)
         claimants = set(last.pipelined) if last else set()  # they start first where they claimed: looked at, as reservation holders
-        snap = Snapshot(fed, obs.nodes, obs.running, incremental_pending(obs.pending, set(obs.arrived) | claimants, reservations, full, stopping),
+        snap = Snapshot(fed, obs.nodes, running, incremental_pending(obs.pending, set(obs.arrived) | claimants, reservations, full, stopping),
                         queues, covered, reservations, over, upcoming, claims, obs.stopped,
                         last.consolidating if last else {}, last.moving if last else {},
                         {q: until for q, (_, until) in self.reclaimed.items() if until > now}, stopping, frozenset(obs.unreachable),
                         last.pipelined if last else {})
-        state = self.state or CycleState.build(snap, self.strategy)
+        state = self.state or self.live.sync(snap, self.strategy)
         state.quota.past = past
-        plan = out.plan = schedule(snap, now, state)
+        try:
+            plan = out.plan = schedule(snap, now, state)
+        except Exception:
+            if self.live is not None:
+                self.live.forget()
+            raise
+        if self.live is not None:
+            self.live.started(plan, obs.pending, now)
         out.reasons = dict(plan.pending)
         if fed.policies.preemption.reclaim_backoff_s and plan.preemptions:
             self._back_off(obs, plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from federation import schema
+from federation.cluster import ClusterState
 from federation.model import (
     Federation,
     JobSpec,
@@ -16,6 +17,7 @@ from federation.model import (
     RunningJob,
     Site,
 )
+from federation.quota import QuotaTree
 from federation.scheduler import Plan, Snapshot, schedule
 
 GIB = 1024
@@ -96,3 +98,15 @@ def start_all(f: Federation, jobs, now=0.0) -> list[RunningJob]:
 
 def mark_preempting(running: list[RunningJob], ids: set[str]) -> list[RunningJob]:
     return [replace(r, preempting=True) if r.spec.id in ids else r for r in running]
+
+
+def quota_contents(t: QuotaTree) -> tuple:
+    """What a quota tree holds, to compare two."""
+    return (dict(t.queues), t.capacity, dict(t.usage), dict(t.jobs), dict(t.fixed), dict(t.held), dict(t.kids_held), t.root_usage, t.root_held)
+
+
+def cluster_contents(c: ClusterState) -> tuple:
+    """What the nodes hold and how they are indexed, to compare two cluster states."""
+    nodes = {n: (list(st.gpu_free), st.cpu_free, st.mem_free, sorted(st.mig_free), st.tasks) for n, st in c.nodes.items()}
+    groups = sorted(tuple(names) for names in c.groups.values())
+    return nodes, groups, {s: v for s, v in c.site_free_milli.items() if v}

@@ -14,17 +14,13 @@ from federation.errors import SnapshotError
 from federation.model import Node, Resources, TaskPlacement
 from federation.quota import QuotaTree
 
-from .builders import job, q
+from .builders import cluster_contents, job, q, quota_contents
 
 
 def _tree() -> QuotaTree:
     queues = [q("org", deserved=24, guarantee=4), q("a", parent="org", deserved=8, guarantee=2), q("b", parent="org", deserved=16, lending=4),
               q("c", deserved=8)]
     return QuotaTree(queues, Resources.of(32, 256, 2048))
-
-
-def _quota_state(t: QuotaTree) -> tuple:
-    return (dict(t.usage), dict(t.jobs), dict(t.fixed), dict(t.held), dict(t.kids_held), t.root_usage, t.root_held)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -35,7 +31,7 @@ def test_a_quota_shift_leaves_what_adding_job_by_job_leaves_and_restore_puts_it_
     base = _tree()
     for leaf, r, pre in running:
         base.add(leaf, r, preemptible=not pre)
-    before = _quota_state(base)
+    before = quota_contents(base)
     changes = [(leaf, r, -1, not pre) for leaf, r, pre in rng.sample(running, rng.randint(0, len(running)))]
     changes += [(rng.choice(leaves), Resources.of(rng.randint(0, 4)), 1, rng.random() < 0.5) for _ in range(rng.randint(0, 4))]
 
@@ -47,18 +43,12 @@ def test_a_quota_shift_leaves_what_adding_job_by_job_leaves_and_restore_puts_it_
 
     versions, count = dict(base.versions), base.changes
     saved = base.shift(changes)
-    assert _quota_state(base) == _quota_state(one_by_one)
+    assert quota_contents(base) == quota_contents(one_by_one)
     base.restore(saved)
-    assert _quota_state(base) == before
+    assert quota_contents(base) == before
     # what was derived from the shifted state no longer holds: the counters only move on
     assert base.changes > count and all(base.versions[t] >= versions[t] for t in versions)
     assert all(base.versions[base.top(leaf)] > versions[base.top(leaf)] for leaf, *_ in changes)
-
-
-def _cluster_state(c: ClusterState) -> tuple:
-    nodes = {n: (list(st.gpu_free), st.cpu_free, st.mem_free, list(st.mig_free), st.tasks) for n, st in c.nodes.items()}
-    groups = sorted(tuple(names) for names in c.groups.values())
-    return nodes, groups, dict(c.site_free_milli)
 
 
 def _nodes() -> list[Node]:
@@ -106,16 +96,16 @@ def test_a_node_shift_leaves_what_applying_job_by_job_leaves_and_restore_puts_it
     for spec, ps, sign in changes:
         one_by_one.apply(spec, ps, sign)
     c = fresh()
-    before = _cluster_state(c)
+    before = cluster_contents(c)
     saved = c.shift(changes)
-    assert _cluster_state(c) == _cluster_state(one_by_one)
+    assert cluster_contents(c) == cluster_contents(one_by_one)
     c.restore(saved)
-    assert _cluster_state(c) == before
+    assert cluster_contents(c) == before
 
 
 def test_a_node_shift_that_overcommits_raises_and_leaves_the_nodes_as_they_were():
     c = ClusterState(_nodes())
-    before = _cluster_state(c)
+    before = cluster_contents(c)
     with pytest.raises(SnapshotError, match="overcommitted"):
         c.shift([(job("x", "a", gpus=1), [TaskPlacement("n0", (0,))], 1), (job("y", "a", gpus=1), [TaskPlacement("n0", (0,))], 1)])
-    assert _cluster_state(c) == before
+    assert cluster_contents(c) == before

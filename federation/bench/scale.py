@@ -3,6 +3,11 @@
 1,000 queues in a 3-level tree (10 x 9 x 10), 10,000 nodes of 8 GPUs over 3 sites, 50,000
 pending gangs of 1-64 GPUs. Measures one full cycle from an empty cluster (admissions per
 second), then incremental cycles that bring 100 new jobs into that state (p50 / p99).
+
+`live=True` (`--live`) runs the cycles as the live controller does: each cycle its running jobs
+are read afresh (new objects, as from its store; the reading is not timed, it is not the
+core's) and the state it keeps is brought up to date from them (`federation.live_state`); the
+default keeps one state object as the simulator does, applying its own admissions.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import statistics
 import time
 
 from federation.config import parse
-from federation.model import Federation, JobSpec, Node, Resources, RunningJob
+from federation.live_state import LiveState
+from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
 from federation.scheduler import CycleState, Snapshot, incremental_pending, schedule
 
 GPU_SIZES = (1, 1, 1, 2, 2, 4, 8, 8, 16, 32, 64)  # whole-GPU gang sizes, small ones most common
@@ -67,17 +73,25 @@ def jobs(fed: Federation, n: int, seed: int, start: int = 0) -> list[JobSpec]:
     return out
 
 
-def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed: int = 0, nodes: int = 10_000, log=print) -> dict:
+def _as_read(r: RunningJob) -> RunningJob:
+    """A running job as the live controller reads it from its store each cycle: new objects."""
+    return RunningJob(r.spec, r.site, tuple(TaskPlacement.from_dict(p.to_dict()) for p in r.placements), r.started_s)
+
+
+def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed: int = 0, nodes: int = 10_000, live: bool = False, log=print) -> dict:
     fed = build(nodes=nodes)
     all_nodes = node_list(fed)
     pending = jobs(fed, pending_jobs, seed)
     snap = Snapshot(fed, tuple(all_nodes), (), tuple(pending))
+    kept = LiveState() if live else None
     t0 = time.perf_counter()
-    state = CycleState.build(snap)
+    state = kept.sync(snap, None) if kept is not None else CycleState.build(snap)
     t_build = time.perf_counter() - t0
     t0 = time.perf_counter()
     plan = schedule(snap, 0.0, state)
     t_cycle = time.perf_counter() - t0
+    if kept is not None:
+        kept.started(plan, {j.id: j for j in pending}, 0.0)
     admitted = len(plan.admissions)
     log(f"full cycle: {admitted} of {pending_jobs} jobs admitted in {t_cycle:.2f} s ({admitted / t_cycle:,.0f} admissions/s); state built in {t_build:.2f} s")
     by_id = {j.id: j for j in pending}
@@ -95,9 +109,14 @@ def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed:
         subset = incremental_pending(waiting, {j.id for j in new}, reservations, full=False)
         # as both shells do, the cycle is told which running jobs are stopping (none: the bench
         # never carries its preemptions out) instead of finding them by a scan
-        snap = Snapshot(fed, snap.nodes, running, subset, reservations=reservations, stopping=())
+        seen = kept.observe(tuple(_as_read(x) for x in running)) if kept is not None else running  # the last tuple if nothing changed
+        snap = Snapshot(fed, snap.nodes, seen, subset, reservations=reservations, stopping=())
         t0 = time.perf_counter()
+        if kept is not None:
+            state = kept.sync(snap, state.strategy)
         p = schedule(snap, float(r + 1), state)
+        if kept is not None:
+            kept.started(p, waiting, float(r + 1))
         times.append(time.perf_counter() - t0)
         reservations = p.reservations
         for a in p.admissions:
@@ -105,6 +124,7 @@ def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed:
     times.sort()
     p50 = statistics.median(times) * 1000
     p99 = times[min(len(times) - 1, int(0.99 * len(times)))] * 1000
-    log(f"incremental cycle ({new_jobs} new jobs into {len(waiting):,} waiting, {len(running):,} running): p50 {p50:.1f} ms, p99 {p99:.1f} ms over {rounds} rounds")
+    how = ", state kept from what the live controller reads" if live else ""
+    log(f"incremental cycle ({new_jobs} new jobs into {len(waiting):,} waiting, {len(running):,} running{how}): p50 {p50:.1f} ms, p99 {p99:.1f} ms over {rounds} rounds")
     return {"admitted": admitted, "full_cycle_s": round(t_cycle, 3), "admissions_per_s": round(admitted / t_cycle), "build_s": round(t_build, 3),
-            "incremental_p50_ms": round(p50, 2), "incremental_p99_ms": round(p99, 2), "waiting": len(waiting), "running": len(running)}
+            "incremental_p50_ms": round(p50, 2), "incremental_p99_ms": round(p99, 2), "waiting": len(waiting), "running": len(running), "live": live}
