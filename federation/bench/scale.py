@@ -109,9 +109,10 @@ def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed:
         subset = incremental_pending(waiting, {j.id for j in new}, reservations, full=False)
         # as both shells do, the cycle is told which running jobs are stopping (none: the bench
         # never carries its preemptions out) instead of finding them by a scan
-        seen = kept.observe(tuple(_as_read(x) for x in running)) if kept is not None else running  # the last tuple if nothing changed
-        snap = Snapshot(fed, snap.nodes, seen, subset, reservations=reservations, stopping=())
+        read = tuple(_as_read(x) for x in running) if kept is not None else running
         t0 = time.perf_counter()
+        seen = kept.observe(read) if kept is not None else read  # the last tuple if nothing changed
+        snap = Snapshot(fed, snap.nodes, seen, subset, reservations=reservations, stopping=())
         if kept is not None:
             state = kept.sync(snap, state.strategy)
         p = schedule(snap, float(r + 1), state)
