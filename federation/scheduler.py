@@ -74,7 +74,8 @@ class Snapshot:
 
 @dataclass
 class CycleState:
-    """Free capacity and queue usage, kept by a caller that runs many cycles (the simulator).
+    """Free capacity and queue usage, kept by a caller that runs many cycles (the simulator; the
+    live decision cycle through `federation.live_state`).
 
     It must match its snapshot (nodes, running jobs, effective queues). `schedule()` leaves it
     matching the snapshot plus the plan's admissions, so the caller applies only what happens
