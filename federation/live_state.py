@@ -42,6 +42,7 @@ class _Diff:
     gone: list[RunningJob] = field(default_factory=list)  # held, to take off
     came: list[RunningJob] = field(default_factory=list)  # observed, to put on
     renewed: list[RunningJob] = field(default_factory=list)  # observed, holding alike what is held, other in some other field
+    adopted: list[RunningJob] = field(default_factory=list)  # observed, equal to the held one but another object: held from now on
     twice: bool = False  # a job id observed twice: the build names it
 
     @property
@@ -69,14 +70,17 @@ class LiveState:
         d.twice = len(now) != len(running)
         for j, r in now.items():
             h = held.get(j)
+            if h is r:  # the controller makes a running job again only when its row changed
+                continue
             if h is None:
                 d.came.append(r)
-            elif h != r:
-                if _holds_alike(h, r):
-                    d.renewed.append(r)
-                else:
-                    d.gone.append(h)
-                    d.came.append(r)
+            elif h == r:
+                d.adopted.append(r)  # next cycle it is found by identity
+            elif _holds_alike(h, r):
+                d.renewed.append(r)
+            else:
+                d.gone.append(h)
+                d.came.append(r)
         if len(now) - len(d.came) + len(d.gone) != len(held):  # some held jobs run no more
             d.gone += [h for j, h in held.items() if j not in now]
         if d.none and self._running is not None:
@@ -106,7 +110,7 @@ class LiveState:
                 held[r.spec.id] = r
         except SnapshotError:  # an unknown node, an overcommitted GPU: built whole, the same error names it
             return self._build(snap, strategy)
-        for r in d.renewed:
+        for r in (*d.renewed, *d.adopted):
             held[r.spec.id] = r
         self._running, self._diff = snap.running, None
         if strategy is not None:

@@ -64,6 +64,31 @@ def test_a_change_other_than_arrivals_brings_a_full_cycle(ctl):
     assert c.store.get("w1").status in ("ADMITTED", "RUNNING")
 
 
+def test_the_cycle_is_handed_the_same_running_job_objects_until_a_row_or_the_nodes_change(ctl):
+    """So the kept state finds what it holds by identity (federation/live_state.py), and what
+    changed is made again: a preemption's flag, tasks whose node went away."""
+    c, clock, _ = ctl
+    seen = []
+    step = c.cycle.step
+    c.cycle.step = lambda obs: (seen.append({r.spec.id: r for r in obs.running}), step(obs))[1]
+    submit(c, "a", 8)
+    submit(c, "b", 8)
+    for _ in range(3):
+        clock[0] += 1
+        c.tick()
+    first, second = seen[-2], seen[-1]
+    assert set(first) == {"a", "b"} and all(second[j] is first[j] for j in first)
+    c.store.update("a", stop_at_s=clock[0] + 30, preempted_for="x")
+    clock[0] += 1
+    c.tick()
+    assert seen[-1]["a"] is not second["a"] and seen[-1]["a"].preempting and seen[-1]["b"] is second["b"]
+    node = seen[-1]["b"].placements[0].node
+    c.fixed_nodes = tuple(n for n in c.fixed_nodes if n.name != node)  # b's node went away
+    clock[0] += 1
+    c.tick()
+    assert seen[-1]["b"].lost == 1 and not seen[-1]["b"].placements
+
+
 def test_a_dispatched_job_is_pending_to_ray_clients_until_its_site_runs_it(ctl):
     c, _, _ = ctl
     row = JobRow("j", "python x.py", {}, {}, {}, status="RUNNING", site="idc", dispatch_id="j-0", message="running at idc")

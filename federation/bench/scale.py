@@ -4,10 +4,11 @@
 pending gangs of 1-64 GPUs. Measures one full cycle from an empty cluster (admissions per
 second), then incremental cycles that bring 100 new jobs into that state (p50 / p99).
 
-`live=True` (`--live`) runs the cycles as the live controller does: each cycle its running jobs
-are read afresh (new objects, as from its store; the reading is not timed, it is not the
-core's) and the state it keeps is brought up to date from them (`federation.live_state`); the
-default keeps one state object as the simulator does, applying its own admissions.
+`live=True` (`--live`) runs the cycles as the live controller does: each cycle it hands over
+the running jobs it read (a new tuple; a job's object is made again only when its row changes,
+so here the same objects) and the state it keeps is brought up to date from them
+(`federation.live_state`); the default keeps one state object as the simulator does, applying
+its own admissions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 
 from federation.config import parse
 from federation.live_state import LiveState
-from federation.model import Federation, JobSpec, Node, Resources, RunningJob, TaskPlacement
+from federation.model import Federation, JobSpec, Node, Resources, RunningJob
 from federation.scheduler import CycleState, Snapshot, incremental_pending, schedule
 
 GPU_SIZES = (1, 1, 1, 2, 2, 4, 8, 8, 16, 32, 64)  # whole-GPU gang sizes, small ones most common
@@ -73,11 +74,6 @@ def jobs(fed: Federation, n: int, seed: int, start: int = 0) -> list[JobSpec]:
     return out
 
 
-def _as_read(r: RunningJob) -> RunningJob:
-    """A running job as the live controller reads it from its store each cycle: new objects."""
-    return RunningJob(r.spec, r.site, tuple(TaskPlacement.from_dict(p.to_dict()) for p in r.placements), r.started_s)
-
-
 def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed: int = 0, nodes: int = 10_000, live: bool = False, log=print) -> dict:
     fed = build(nodes=nodes)
     all_nodes = node_list(fed)
@@ -109,9 +105,8 @@ def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed:
         subset = incremental_pending(waiting, {j.id for j in new}, reservations, full=False)
         # as both shells do, the cycle is told which running jobs are stopping (none: the bench
         # never carries its preemptions out) instead of finding them by a scan
-        read = tuple(_as_read(x) for x in running) if kept is not None else running
         t0 = time.perf_counter()
-        seen = kept.observe(read) if kept is not None else read  # the last tuple if nothing changed
+        seen = kept.observe(tuple(running)) if kept is not None else running  # the last tuple if nothing changed
         snap = Snapshot(fed, snap.nodes, seen, subset, reservations=reservations, stopping=())
         if kept is not None:
             state = kept.sync(snap, state.strategy)

@@ -75,6 +75,11 @@ class Controller(SiteJobs):
         # users only once its site runs it (until then its driver is still starting there)
         self.site_status: dict[str, str] = {}
         self.specs: dict[str, JobSpec] = {}  # of the live jobs: a request never changes, so it is built once
+        # a running job as the last cycle made it, with the row it was made from: made again only
+        # when its row (a new object on each update) or the nodes present changed, so the cycle
+        # finds the running jobs it holds by identity, not field by field (`federation.live_state`)
+        self.running_made: dict[str, tuple[JobRow, RunningJob]] = {}
+        self.present: set[str] = set()
         # each cycle's duration, for /metrics (in no registry: the API's collector yields it)
         self.cycle_seconds = Histogram("federation_cycle_duration_seconds", "Duration of the scheduling cycles", registry=None,
                                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
@@ -173,22 +178,30 @@ class Controller(SiteJobs):
         by_id: dict[str, JobSpec] = {}  # the waiting jobs
         specs = {}
         present = {n.name for n in self.nodes}
+        nodes_same, self.present = present == self.present, present
+        made: dict[str, tuple[JobRow, RunningJob]] = {}
         for r in rows:
             spec = specs[r.id] = self.specs.get(r.id) or self._spec(r.id, r.request, r.submitted_s)
             if r.status == "PENDING":
                 by_id[r.id] = replace(spec, not_before_s=r.not_before_s) if r.not_before_s else spec
             else:
-                # tasks whose node is gone (listed no more, or left its site's Ray cluster) are lost;
-                # the cycle decides whether the gang goes on without them or is queued again
-                placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
-                kept = tuple(p for p in placements if p.node in present)
-                running.append(RunningJob(spec, r.site, kept, r.started_s or now, preempting=r.stop_at_s is not None,
-                                          preempted_for=r.preempted_for, lost=len(placements) - len(kept)))
+                last = self.running_made.get(r.id)
+                if last is not None and last[0] is r and last[1].spec is spec and nodes_same and r.started_s is not None:
+                    job = last[1]
+                else:
+                    # tasks whose node is gone (listed no more, or left its site's Ray cluster) are lost;
+                    # the cycle decides whether the gang goes on without them or is queued again
+                    placements = tuple(TaskPlacement.from_dict(p) for p in r.placements or [])
+                    kept = tuple(p for p in placements if p.node in present)
+                    job = RunningJob(spec, r.site, kept, r.started_s or now, preempting=r.stop_at_s is not None,
+                                     preempted_for=r.preempted_for, lost=len(placements) - len(kept))
+                made[r.id] = (r, job)
+                running.append(job)
                 if running[-1].lost:
                     lost.append(running[-1])
                 if running[-1].preempting:
                     stopping.append(running[-1])
-        self.specs = specs
+        self.specs, self.running_made = specs, made
         nodes = self.nodes
         for m in self.mig.values():
             m.poll(now, nodes)
