@@ -128,7 +128,11 @@ class LiveState:
     def started(self, plan: Plan, pending: Mapping[str, JobSpec], now: float) -> None:
         """`schedule()` left the plan's admissions on the state: it holds them now."""
         for a in plan.admissions:
-            self._held[a.job_id] = RunningJob(pending[a.job_id], a.site, a.placements, now)
+            spec = pending.get(a.job_id)
+            if spec is None:  # not one of the waiting jobs handed in: what the state holds is unknown
+                self.forget()
+                return
+            self._held[a.job_id] = RunningJob(spec, a.site, a.placements, now)
         if plan.admissions:
             self._running = None  # what is held is no longer that tuple
 

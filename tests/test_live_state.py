@@ -15,7 +15,7 @@ import pytest
 from federation.cycle import DecisionCycle, Observation
 from federation.errors import SnapshotError
 from federation.live_state import LiveState
-from federation.model import RunningJob, TaskPlacement
+from federation.model import Admission, Plan, RunningJob, TaskPlacement
 from federation.scheduler import CycleState, Snapshot, schedule
 from policies.placement import make_strategy
 
@@ -142,3 +142,12 @@ def test_running_jobs_as_they_were_are_handed_on_as_the_last_cycles_tuple_and_a_
     live.sync(Snapshot(FED, NODES, seen, (), tuple(QUEUES)), strategy)
     assert live.observe(tuple(_copy(r) for r in flagged)) is flagged
     assert live.observe(first[:1]) is not flagged  # one ended
+
+
+def test_an_admission_of_a_job_not_handed_in_makes_the_next_cycle_build_its_state():
+    strategy = make_strategy("bestfit")
+    live = LiveState()
+    live.sync(Snapshot(FED, NODES, (), (), tuple(QUEUES)), strategy)
+    live.started(Plan(admissions=(Admission("ghost", "idc", (TaskPlacement("idc-0", (0,)),)),)), {}, 0.0)
+    assert live.state is None
+    _same_as_built(live, Snapshot(FED, NODES, (), (), tuple(QUEUES)), strategy)
