@@ -116,15 +116,20 @@ class QuotaTree:
     def _refresh(self, leaf: str) -> None:
         """Carry a usage change of `leaf` up through held, to the root."""
         for a in self._paths[leaf]:
-            base = self.kids_held[a] if self.children[a] else self.usage[a]
-            new = base.max(self.reserve[a])
-            delta = new - self.held[a]
-            self.held[a] = new
-            parent = self.queues[a].parent
-            if parent is None:
-                self.root_held = self.root_held + delta
-            else:
-                self.kids_held[parent] = self.kids_held[parent] + delta
+            self._carry(a)
+
+    def _carry(self, a: str) -> None:
+        """Queue `a`'s held from its usage (or its children's held) and its reserve, the change
+        added to its parent's children's sum (or the root's); its children's must be current."""
+        base = self.kids_held[a] if self.children[a] else self.usage[a]
+        new = base.max(self.reserve[a])
+        delta = new - self.held[a]
+        self.held[a] = new
+        parent = self.queues[a].parent
+        if parent is None:
+            self.root_held = self.root_held + delta
+        else:
+            self.kids_held[parent] = self.kids_held[parent] + delta
 
     def shift(self, changes: Iterable[tuple[str, Resources, int, bool]]) -> tuple:
         """`add` for several jobs at once (leaf, usage, sign, preemptible), for a dry run: held is
@@ -164,15 +169,7 @@ class QuotaTree:
                  {a: self.kids_held[a] for a in saved_usage if self.children[a]}, self.root_usage, self.root_held)
         self.root_usage = root
         for a in sorted(saved_usage, key=lambda a: len(self._paths[a]), reverse=True):  # children before parents
-            base = self.kids_held[a] if self.children[a] else usage[a]
-            new = base.max(self.reserve[a])
-            delta = new - self.held[a]
-            self.held[a] = new
-            parent = self.queues[a].parent
-            if parent is None:
-                self.root_held = self.root_held + delta
-            else:
-                self.kids_held[parent] = self.kids_held[parent] + delta
+            self._carry(a)
         self._changed(saved_usage)
         return saved
 
