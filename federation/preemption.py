@@ -78,7 +78,8 @@ class RunningIndex:
     """What preemption derives from the running jobs: by queue, and what reclaim may take per set
     of sites. A `CycleState` keeps it from cycle to cycle while the running jobs are the same
     tuple and the quota tree has not changed (the simulator's running tuple is one object until
-    a job starts, stops or changes): rebuilt for each incremental cycle, it was half of one."""
+    a job starts, stops or changes; live, `federation.live_state` hands the last tuple on while
+    no running job changed): rebuilt for each incremental cycle, it was half of one."""
 
     def __init__(self, running: tuple[RunningJob, ...], quota: object, changes: int):
         self.running, self.quota, self.changes = running, quota, changes
