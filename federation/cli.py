@@ -485,7 +485,7 @@ def bench_scale(
     nodes: Annotated[int, typer.Option("--nodes", min=3, help="Nodes of 8 GPUs, over 3 sites.")] = 10_000,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Incremental cycles of 100 new jobs.")] = 30,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    live: Annotated[bool, typer.Option("--live", help="Run the cycles as the live controller does: running jobs read afresh each cycle, its kept state brought up to date from them.")] = False,
+    live: Annotated[bool, typer.Option("--live", help="Run the cycles as the live controller does: it hands over the running jobs each cycle, and its kept state is brought up to date from them.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """The scheduling core at scale: admissions per second and incremental cycle time."""
