@@ -107,6 +107,6 @@ def quota_contents(t: QuotaTree) -> tuple:
 
 def cluster_contents(c: ClusterState) -> tuple:
     """What the nodes hold and how they are indexed, to compare two cluster states."""
-    nodes = {n: (list(st.gpu_free), st.cpu_free, st.mem_free, sorted(st.mig_free), st.tasks) for n, st in c.nodes.items()}
+    nodes = {n: (list(st.gpu_free), st.cpu_free, st.mem_free, list(st.mig_free), st.tasks) for n, st in c.nodes.items()}
     groups = sorted(tuple(names) for names in c.groups.values())
-    return nodes, groups, {s: v for s, v in c.site_free_milli.items() if v}
+    return nodes, groups, dict(c.site_free_milli)

@@ -86,11 +86,11 @@ def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed:
     t0 = time.perf_counter()
     plan = schedule(snap, 0.0, state)
     t_cycle = time.perf_counter() - t0
+    by_id = {j.id: j for j in pending}
     if kept is not None:
-        kept.started(plan, {j.id: j for j in pending}, 0.0)
+        kept.started(plan, by_id, 0.0)
     admitted = len(plan.admissions)
     log(f"full cycle: {admitted} of {pending_jobs} jobs admitted in {t_cycle:.2f} s ({admitted / t_cycle:,.0f} admissions/s); state built in {t_build:.2f} s")
-    by_id = {j.id: j for j in pending}
     running = tuple(RunningJob(by_id[a.job_id], a.site, a.placements, 0.0) for a in plan.admissions)
     admitted_ids = {a.job_id for a in plan.admissions}  # once: rebuilt per job, this line was most of the command's time
     waiting = {j.id: j for j in pending if j.id not in admitted_ids}

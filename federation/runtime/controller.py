@@ -197,10 +197,10 @@ class Controller(SiteJobs):
                                      preempted_for=r.preempted_for, lost=len(placements) - len(kept))
                 made[r.id] = (r, job)
                 running.append(job)
-                if running[-1].lost:
-                    lost.append(running[-1])
-                if running[-1].preempting:
-                    stopping.append(running[-1])
+                if job.lost:
+                    lost.append(job)
+                if job.preempting:
+                    stopping.append(job)
         self.specs, self.running_made = specs, made
         nodes = self.nodes
         for m in self.mig.values():
