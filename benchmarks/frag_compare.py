@@ -1,8 +1,9 @@
 """Every placement policy on the openb traces, next to the published FGD results.
 
-    python benchmarks/frag_compare.py [--first-seed S] [--seeds N] [--variant-seeds N] [--out DIR]
+    python benchmarks/frag_compare.py [--first-seed S] [--seeds N] [--variant-seeds N] [--jobs J] [--out DIR]
 
-Seeds 42-45 were used to tune `fragmentation-aware` (its STEP); the figures start at 46 by default.
+Seeds 42-45 were used to tune `fragmentation-aware`; the figures start at 46 by default. Each run
+is `fedctl frag`'s own (`run_frag`), J at a time in separate processes.
 
 Prints unallocated GPU % at 100% arrived load (mean over seeds) for our runs and the published
 means (../shared/data/openb/fgd_expected_results/analysis_allo_discrete.csv), and writes a PNG
@@ -15,11 +16,12 @@ import argparse
 import csv
 import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from federation.fragsim import Experiment, binned, read_nodes, read_pods, target_workload
+from federation.fragsim import run_frag
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "openb"
 PUBLISHED_NAMES = {"random": "01-Random", "dotprod": "02-DotProd", "clustering": "03-GpuClustering", "packing": "04-GpuPacking", "bestfit": "05-BestFit", "fgd": "06-FGD"}
@@ -38,10 +40,11 @@ def published() -> dict[tuple[str, str], list[float]]:
     return {k: list(np.nanmean(np.array(v), axis=0)) for k, v in rows.items()}
 
 
-def run(workload: str, policy: str, seed: int) -> list[float]:
-    pods = read_pods(DATA / f"openb_pod_list_{workload}.csv")
-    exp = Experiment(read_nodes(DATA / "openb_node_list_gpu_node.csv"), pods, target_workload(pods), policy, seed)
-    return [100 - a for _, a, _ in binned(exp.run(1.3))]
+def run(args: tuple[str, str, int]) -> list[float]:
+    """Unallocated GPU % by arrived bin for one (workload, policy, seed), as `fedctl frag` runs it."""
+    workload, policy, seed = args
+    rows = run_frag(DATA / "openb_node_list_gpu_node.csv", DATA / f"openb_pod_list_{workload}.csv", policy, seed)
+    return [100 - a for _, a, _ in rows]
 
 
 def main() -> None:
@@ -50,27 +53,29 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10, help="seeds on the default trace")
     ap.add_argument("--variant-seeds", type=int, default=3, help="seeds on each variant trace")
     ap.add_argument("--variant-policies", default="bestfit,fgd,fragmentation-aware")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time, one process each")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     pub = published()
     curves: dict[str, list[float]] = {}
-    print(f"default trace, seeds {args.first_seed}-{args.first_seed + args.seeds - 1}: unallocated GPU % at 100% arrived (ours mean (sd) | published mean)")
-    for policy in POLICIES:
-        t0 = time.perf_counter()
-        runs = np.array([run("default", policy, args.first_seed + s) for s in range(args.seeds)])
-        curves[policy] = list(runs.mean(axis=0))
-        p = pub.get(("default", PUBLISHED_NAMES.get(policy, "")))
-        print(f"  {policy:<20} {runs[:, 100].mean():6.2f} ({runs[:, 100].std():.2f}) | {p[100] if p else float('nan'):6.2f}   "
-              f"[{(time.perf_counter() - t0) / args.seeds:.1f} s per run]", flush=True)
-    print(f"variants, {args.variant_seeds} seeds each (ours | published)")
-    for wl in VARIANTS:
-        cells = []
-        for policy in args.variant_policies.split(","):
-            ours = np.mean([run(wl, policy, args.first_seed + s)[100] for s in range(args.variant_seeds)])
-            p = pub.get((wl, PUBLISHED_NAMES.get(policy, "")))
-            cells.append(f"{policy} {ours:5.2f} | {p[100] if p else float('nan'):5.2f}")
-        print(f"  {wl:<12} " + "   ".join(cells), flush=True)
+    with ProcessPoolExecutor(args.jobs, max_tasks_per_child=1) as pool:  # a fresh process per run: no cache carried over
+        print(f"default trace, seeds {args.first_seed}-{args.first_seed + args.seeds - 1}: unallocated GPU % at 100% arrived (ours mean (sd) | published mean)")
+        for policy in POLICIES:
+            t0 = time.perf_counter()
+            runs = np.array(list(pool.map(run, [("default", policy, args.first_seed + s) for s in range(args.seeds)])))
+            curves[policy] = list(runs.mean(axis=0))
+            p = pub.get(("default", PUBLISHED_NAMES.get(policy, "")))
+            print(f"  {policy:<20} {runs[:, 100].mean():6.2f} ({runs[:, 100].std():.2f}) | {p[100] if p else float('nan'):6.2f}   "
+                  f"[{(time.perf_counter() - t0) * args.jobs / args.seeds:.1f} s per run]", flush=True)
+        print(f"variants, {args.variant_seeds} seeds each (ours | published)")
+        for wl in VARIANTS:
+            cells = []
+            for policy in args.variant_policies.split(","):
+                ours = np.mean([r[100] for r in pool.map(run, [(wl, policy, args.first_seed + s) for s in range(args.variant_seeds)])])
+                p = pub.get((wl, PUBLISHED_NAMES.get(policy, "")))
+                cells.append(f"{policy} {ours:5.2f} | {p[100] if p else float('nan'):5.2f}")
+            print(f"  {wl:<12} " + "   ".join(cells), flush=True)
     import matplotlib
 
     matplotlib.use("Agg")

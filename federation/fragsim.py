@@ -15,7 +15,6 @@ pod shape and recomputed only for nodes that changed since.
 from __future__ import annotations
 
 import csv
-import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,12 +166,28 @@ def _feasible(c: Cluster, pod: Pod, model_ok: np.ndarray) -> np.ndarray:
     return ok
 
 
+def in_simulator_order(c: Cluster, rng: np.random.Generator) -> Cluster:
+    """The cluster as the published simulator creates it: nodes sorted by name, then each renamed
+    with a random permutation's index in front (`%04d-`), so that "the first node by name wins a
+    tie" breaks ties in a random order fixed for the run, not in the trace's naming order (openb
+    names its nodes by model, and ties in that order cost FGD 0.16 points on the default trace)."""
+    perm = rng.permutation(len(c.names))
+    order = np.argsort(perm)  # the node renamed 0000- first
+    return Cluster([f"{perm[i]:04d}-{c.names[i]}" for i in order], c.cpu[order], c.mem[order], c.gpu[order], c.model[order], c.models)
+
+
 class Experiment:
-    def __init__(self, cluster: Cluster, pods: list[Pod], target: list[tuple[Pod, float]], policy: str, seed: int):
+    """One fill run. `simulator_order` names the nodes as the published simulator does (see
+    `in_simulator_order`); off, the nodes keep the given order (tests that check one choice)."""
+
+    def __init__(self, cluster: Cluster, pods: list[Pod], target: list[tuple[Pod, float]], policy: str, seed: int,
+                 simulator_order: bool = True):
         if policy not in POLICIES:
             raise FederationError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
-        self.c, self.pods, self.policy = cluster, pods, policy
         self.rng = np.random.default_rng(seed)
+        if simulator_order:  # drawn first, as the simulator permutes its nodes before it shuffles the pods
+            cluster = in_simulator_order(cluster, self.rng)
+        self.c, self.pods, self.policy = cluster, pods, policy
         self.frag = Frag(cluster, target)
         self.node_frag = self.frag.of(cluster.gpu, cluster.cpu, cluster.model)
         self.version = np.zeros(len(cluster.names), dtype=np.int64)
@@ -366,10 +381,12 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def binned(events: list[tuple[float, float, float]], top: int = 130) -> list[tuple[int, float, float]]:
-    """Average the events in each integer arrived-% bin; an empty bin takes its neighbours'."""
+    """Average the events in each integer arrived-% bin; an empty bin takes its neighbours'.
+    An event's bin is its arrived % rounded (half to even), as the published analysis rounds
+    (`round(x, 0)` in merge_alloc_discrete.py): bin 100 is 99.5-100.5."""
     sums: dict[int, list[float]] = {}
     for arrived, alloc, frag in events:
-        b = math.floor(arrived)
+        b = round(arrived)
         if 0 <= b <= top:
             s = sums.setdefault(b, [0.0, 0.0, 0])
             s[0] += alloc

@@ -201,12 +201,14 @@ class FragmentationAware(Strategy):
     """FGD's fragmentation gradient, with GPU choice inside the node by the same measure.
 
     FGD scores a node by sigmoid(fragmentation removed) in whole points, 0-100, and lets the first
-    node by name win a tie, which packs. Beyond FGD: the score is read in steps of STEP points, and
-    a tie goes to the node left with the least free GPU, then CPU: coarser steps pack more while
-    still steering by fragmentation (tuned on the openb default trace, seeds 42-45; the figures in
+    node by name win a tie, which packs; a task that uses GPUs is placed by that rule. Beyond FGD,
+    a CPU-only task: it changes no GPU's free share, so the gradient barely tells nodes apart for
+    it, and FGD's tie-break spends the CPUs next to free GPUs. It goes instead, among the nodes in
+    the best step of STEP points, to the one with the fewest free GPUs, then CPUs, so free GPUs
+    keep the CPUs they need (tuned on the openb traces with seeds 42-44; the figures in
     benchmarks/README.md are on other seeds). That tie-break treats nodes as alike but for their
     free capacity; where the mix pins GPU models they are not (it would fill the scarce models'
-    nodes with tasks that could go anywhere), so there FGD's own rule is kept.
+    nodes with tasks that could go anywhere), so there FGD's own rule places every task.
     Node scores are cached per free state, so thousands of alike nodes cost a few evaluations.
     """
 
@@ -243,7 +245,7 @@ class FragmentationAware(Strategy):
         r = job.per_task
         after = self.fragmentation(self._after(st, job, fits), st.cpu_free - k * r.cpu_milli, st.mem_free - k * r.memory_mib, model)
         gain = 100.0 / (1.0 + math.exp(-max(-60.0, min(60.0, (before - after) / GPU))))  # FGD's node score
-        if self.pinned:
+        if self.pinned or r.gpu_milli:
             return -math.floor(gain)
         return -math.floor(gain / self.STEP) * 1e12 + _leftover_gpu(st, job, k) * 1e6 + (st.cpu_free - k * r.cpu_milli) / 1e3
 

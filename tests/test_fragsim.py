@@ -44,7 +44,7 @@ def test_a_type_that_cannot_run_counts_all_free_gpu():
 
 
 def run_one(c: Cluster, pod: Pod, policy: str, target) -> tuple[int, list[int]]:
-    exp = Experiment(c, [pod], target, policy, seed=0)
+    exp = Experiment(c, [pod], target, policy, seed=0, simulator_order=False)
     before = c.gpu.copy()
     exp.pods = [pod]
     exp._arrivals = lambda tune, cap: [pod]
@@ -71,7 +71,7 @@ def test_fgd_keeps_whole_gpus_free_when_whole_gpu_pods_are_common():
 
 def test_a_pod_that_fits_nowhere_fails_and_still_counts_as_arrived():
     c = cluster([[0, 0]])
-    exp = Experiment(c, [WHOLE_1], [(WHOLE_1, 1.0)], "bestfit", seed=0)
+    exp = Experiment(c, [WHOLE_1], [(WHOLE_1, 1.0)], "bestfit", seed=0, simulator_order=False)
     exp._arrivals = lambda tune, cap: [WHOLE_1]
     [(arrived, allocated, _)] = exp.run(1.0)
     assert arrived == pytest.approx(50.0) and allocated == 0.0
@@ -83,6 +83,36 @@ def test_binning_fills_an_empty_bin_from_its_neighbours():
     assert rows[0] == (0, 1.0, 2.0)
 
 
+def test_an_event_falls_in_its_rounded_bin_as_the_published_analysis_bins():
+    # 99.7% arrived is bin 100 (the published bin 100 is 99.5-100.5), 100.7% is bin 101
+    rows = binned([(99.4, 10.0, 0.0), (99.7, 20.0, 0.0), (100.4, 30.0, 0.0), (100.7, 40.0, 0.0)], top=101)
+    assert rows[99][1] == 10.0 and rows[100][1] == 25.0 and rows[101][1] == 40.0
+
+
+def test_nodes_are_named_in_a_random_order_fixed_by_the_seed_as_the_simulator_names_them():
+    c = cluster([[1000] * (i % 3 + 1) for i in range(30)])
+    runs = [Experiment(cluster([[1000] * (i % 3 + 1) for i in range(30)]), [WHOLE_1], [(WHOLE_1, 1.0)], "fgd", seed) for seed in (1, 1, 2)]
+    names = [e.c.names for e in runs]
+    assert names[0] == names[1] != names[2]  # the seed fixes the order; another seed, another order
+    for e in runs:
+        assert e.c.names == sorted(e.c.names)  # in name order, as ties are broken
+        prefixes = sorted(int(n.split("-")[0]) for n in e.c.names)
+        assert prefixes == list(range(30))
+        for i, n in enumerate(e.c.names):  # each node keeps its own GPUs under its new name
+            original = int(n.split("-n")[1])
+            assert (e.c.gpu[i] >= 0).sum() == (c.gpu[original] >= 0).sum()
+    assert [n.split("-")[1] for n in names[0]] != sorted(c.names, key=lambda n: int(n[1:]))  # not the given order
+
+
+def test_fgd_ties_go_to_the_first_node_in_the_simulators_order():
+    # four empty alike nodes: FGD scores them alike, so its first pod goes to the node named 0000-
+    exp = Experiment(cluster([[1000, 1000]] * 4), [WHOLE_1], [(WHOLE_1, 1.0)], "fgd", seed=5)
+    exp._arrivals = lambda tune, cap: [WHOLE_1]
+    exp.run(1.0)
+    used = [i for i in range(4) if (exp.c.gpu[i] == 0).any()]
+    assert used == [0] and exp.c.names[0].startswith("0000-")
+
+
 def test_fragmentation_aware_in_the_fill_is_the_schedulers_placement_weighted_by_the_pods_seen():
     # n0 holds H100s, n1 A100s. The first pod must run on an H100; the second may run anywhere.
     # The scheduler's strategy weighs by the pods seen so far (not by the experiment's target,
@@ -91,7 +121,7 @@ def test_fragmentation_aware_in_the_fill_is_the_schedulers_placement_weighted_by
     c = cluster([[1000, 1000], [1000, 1000]], models=["A100-80GB", "H100-80GB"])
     c.model = np.array([1, 0])
     pinned, anywhere = Pod(0, 0, 1, 1000, ("H100-80GB",)), Pod(0, 0, 1, 1000, ())
-    exp = Experiment(c, [pinned, anywhere], [(anywhere, 1.0)], "fragmentation-aware", seed=0)
+    exp = Experiment(c, [pinned, anywhere], [(anywhere, 1.0)], "fragmentation-aware", seed=0, simulator_order=False)
     exp._arrivals = lambda tune, cap: [pinned, anywhere]
     exp.run(1.0)
     assert c.gpu[0].tolist()[:2] == [0, 1000] and c.gpu[1].tolist()[:2] == [0, 1000]

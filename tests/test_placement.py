@@ -166,3 +166,15 @@ def test_a_kept_state_places_as_one_built_afresh_and_keeps_its_counts_exact():
                 running[spec.id] = (spec, placed)
         scan = {s: sum(st.free_gpu_milli for st in kept.nodes.values() if st.node.site == s) for s in ("idc", "edge")}
         assert {s: free_gpu_milli(kept, frozenset({s}), mig=False) for s in scan} == scan
+
+
+def test_a_gpu_task_follows_fgds_rule_and_a_cpu_only_one_goes_where_the_fewest_gpus_are_free():
+    # With whole GPUs alone in the mix, a whole-GPU task on n0 (8 free) or n1 (2 free) removes no
+    # fragmentation: FGD's scores tie, and FGD's rule takes the first node by name. A CPU-only
+    # task ties too, and takes the node with the fewest free GPUs, so n0's free GPUs keep their CPUs.
+    mix = ((Shape(1000, 1), 0.8), (Shape(0, 0, cpu_milli=4000), 0.2))
+    assert place_gang(state_with_used([0, 6]), job("g", "a", gpus=1), "idc", FragmentationAware(mix))[0].node == "n0"
+    assert place_gang(state_with_used([0, 6]), job("c", "a", gpus=0, cpu=4), "idc", FragmentationAware(mix))[0].node == "n1"
+    # where the mix pins GPU models, FGD's rule places the CPU-only task too
+    pinned = ((Shape(1000, 1, gpu_models=("A100-80GB",)), 0.8), (Shape(0, 0, cpu_milli=4000), 0.2))
+    assert place_gang(state_with_used([0, 6]), job("c", "a", gpus=0, cpu=4), "idc", FragmentationAware(pinned))[0].node == "n0"
