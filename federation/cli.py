@@ -462,7 +462,7 @@ def frag(
     pods: Annotated[Path, typer.Option("--pods", help="Pod CSV (openb_pod_list_*.csv).")],
     policy: Annotated[str, typer.Option("--policy", help="The paper's random, dotprod, bestfit, packing, clustering or fgd; or fragmentation-aware, the scheduler's own placement.")],
     out: Annotated[Path, typer.Option("--out", help="CSV to write: arrived_pct,allocated_pct,frag_pct.")],
-    seed: Annotated[int, typer.Option("--seed", min=0, help="The shuffle's seed (numpy's generator takes none below 0).")] = 42,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds the node order and the pods' shuffle, as the published simulator's seed does (numpy's generator takes none below 0).")] = 42,
     tune: Annotated[float, typer.Option("--tune", help="Top the arrivals up (or cut them) to this x GPU capacity.")] = 1.3,
 ) -> None:
     """The FGD fill experiment (USENIX ATC'23 protocol) on the openb CSVs."""

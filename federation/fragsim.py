@@ -1,9 +1,10 @@
 """`fedctl frag`: the FGD fill experiment (Weng et al., USENIX ATC'23) on the openb CSVs.
 
-The protocol of ../shared/data/openb/PROTOCOL.md: pods in a seeded shuffle, topped up (or cut) to
-`tune` x the cluster's GPU capacity by resampling, each placed once or failed, nothing departs.
-After every pod the arrived GPU request, the allocated GPU and the cluster's fragmentation
-(against the target workload T) are recorded; they are binned by integer arrived percentage.
+The protocol of ../shared/data/openb/PROTOCOL.md: nodes named in a seeded random order (as the
+published simulator renames them), pods in a seeded shuffle, topped up (or cut) to `tune` x the
+cluster's GPU capacity by resampling, each placed once or failed, nothing departs. After every pod
+the arrived GPU request, the allocated GPU and the cluster's fragmentation (against the target
+workload T) are recorded; they are binned by arrived percentage rounded to a whole number.
 
 `fragmentation-aware` is the product: each pod is a one-task job placed by the scheduler's own
 `place_gang` with the strategy the scheduler runs, weighted by the mix of the pods seen so far
