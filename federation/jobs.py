@@ -65,7 +65,10 @@ def problems(e: ValidationError) -> list[tuple[str, str]]:
 def default_class(fed: Federation, queue: str) -> str:
     """The class of a job that names none: the federation's default, unless its queue may not
     use it; then the lowest class the queue may use."""
-    allowed = next((q.priority_classes for q in fed.queues if q.name == queue), None)
+    try:
+        allowed = fed.queue(queue).priority_classes
+    except KeyError:
+        allowed = None
     if allowed is None or fed.default_priority.name in allowed:
         return fed.default_priority.name
     return min((p for p in fed.priority_classes if p.name in allowed), key=lambda p: p.value).name

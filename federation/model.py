@@ -7,6 +7,7 @@ Amounts are integers in milli-units (GPU and CPU) and MiB (memory), so that quot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -181,10 +182,11 @@ class Federation:
         raise KeyError(name)
 
     def queue(self, name: str) -> Queue:
-        for q in self.queues:
-            if q.name == name:
-                return q
-        raise KeyError(name)
+        return self._queue_by_name[name]
+
+    @cached_property
+    def _queue_by_name(self) -> dict[str, Queue]:  # a job's queue is looked up per submission: 1,000 queues are not scanned each time
+        return {q.name: q for q in self.queues}
 
     @property
     def default_priority(self) -> PriorityClass:

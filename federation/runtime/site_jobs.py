@@ -110,8 +110,9 @@ class SiteJobs:
         row = self.store.get(job_id)
         site = self.sites[row.site]
         try:
-            allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s),
-                                        {n.name: n.gpu_model for n in self.nodes if n.site == row.site})
+            mig_nodes = {p["node"] for p in row.placements or () if p.get("mig")}  # only MIG tasks name their node's model
+            models = {n.name: n.gpu_model for n in self.nodes if n.site == row.site and n.name in mig_nodes} if mig_nodes else None
+            allocation = allocation_for(row.id, row.site, row.placements, self._spec(row.id, row.request, row.submitted_s), models)
             for name in referenced(row.runtime_env):
                 if not site.has_package(name):
                     data = self.store.package(name)
