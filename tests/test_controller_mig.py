@@ -147,3 +147,26 @@ def test_the_forecast_learned_from_the_journal_slices_ahead_of_the_evening_infer
     sliced = [p for *_, layout, _, state, _ in ctl.store.mig_layouts() for p, _ in layout]
     assert sliced.count("1g.10gb") >= 3 and not ctl.store.jobs({"PENDING"})
     assert fake.nodes["gpu-1"]["metadata"]["labels"]["nvidia.com/mig.config"].startswith("federation-")
+
+
+def test_a_dispatched_mig_task_is_told_its_nodes_gpu_model(idc):
+    # a MIG task finds its slice's UUID by the model (mig_device): dispatch names it per placement
+    from tests.test_controller_faults import FakeSite
+
+    class Recording(FakeSite):
+        def submit(self, dispatch_id, entrypoint, runtime_env, allocation, metadata=None):
+            self.allocations = [*getattr(self, "allocations", []), allocation]
+            super().submit(dispatch_id, entrypoint, runtime_env, allocation, metadata)
+
+    fake, controller, clock = idc
+    site = Recording("idc")
+    ctl = controller()
+    ctl.sites["idc"] = site
+    submit_inference(ctl, "svc")
+    ctl.tick()
+    fake.operator_step()
+    for _ in range(3):
+        clock[0] += 10
+        ctl.tick()
+    [allocation] = site.allocations
+    assert [p["gpu_model"] for p in allocation["placements"]] == ["A100-80GB"] and allocation["mig"]
