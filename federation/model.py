@@ -7,8 +7,8 @@ Amounts are integers in milli-units (GPU and CPU) and MiB (memory), so that quot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 if TYPE_CHECKING:
     from federation import schema
@@ -161,6 +161,9 @@ class Queue:
     max_running_jobs: int | None = None  # with the queues under it; None: no limit
 
 
+_QUEUE_INDEX: WeakKeyDictionary[Federation, dict[str, Queue]] = WeakKeyDictionary()  # see Federation.queue
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per loaded file
 class Federation:
     """A loaded, validated federation config."""
@@ -182,11 +185,12 @@ class Federation:
         raise KeyError(name)
 
     def queue(self, name: str) -> Queue:
-        return self._queue_by_name[name]
-
-    @cached_property
-    def _queue_by_name(self) -> dict[str, Queue]:  # a job's queue is looked up per submission: 1,000 queues are not scanned each time
-        return {q.name: q for q in self.queues}
+        # looked up for each submission: 1,000 queues are indexed once, not scanned each time (kept
+        # beside the object, not in it, so copies made from its fields carry no stale index)
+        index = _QUEUE_INDEX.get(self)
+        if index is None:
+            index = _QUEUE_INDEX[self] = {q.name: q for q in self.queues}
+        return index[name]
 
     @property
     def default_priority(self) -> PriorityClass:
