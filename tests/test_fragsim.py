@@ -90,8 +90,9 @@ def test_an_event_falls_in_its_rounded_bin_as_the_published_analysis_bins():
 
 
 def test_nodes_are_named_in_a_random_order_fixed_by_the_seed_as_the_simulator_names_them():
-    c = cluster([[1000] * (i % 3 + 1) for i in range(30)])
-    runs = [Experiment(cluster([[1000] * (i % 3 + 1) for i in range(30)]), [WHOLE_1], [(WHOLE_1, 1.0)], "fgd", seed) for seed in (1, 1, 2)]
+    gpus = [[1000] * (i % 3 + 1) for i in range(30)]
+    c = cluster(gpus)
+    runs = [Experiment(cluster(gpus), [WHOLE_1], [(WHOLE_1, 1.0)], "fgd", seed) for seed in (1, 1, 2)]
     names = [e.c.names for e in runs]
     assert names[0] == names[1] != names[2]  # the seed fixes the order; another seed, another order
     for e in runs:
