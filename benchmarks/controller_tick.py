@@ -9,6 +9,8 @@ federation (10,000 nodes over 3 sites, 1,000 queues), with the store on disk and
 cluster replaced by the tests' in-process fake (it takes every job and runs it until stopped):
 the jobs are submitted as `ray job submit` would (the same body), then rounds of 100 new jobs,
 each followed by a tick. Priorities are all the default class (the bench config has one).
+Each round's new jobs reclaim from borrowers: 16 preemptions a tick (the cycle's cap), whose
+victims stop only after their 120 s grace, so the jobs stopping grow by 16 a tick.
 """
 
 from __future__ import annotations
@@ -44,8 +46,15 @@ def main() -> None:
     fed = scale.build()
     clock = [1000.0]
     looked: list[int] = []  # waiting jobs each cycle looked at: all of them is a full cycle
+    stopping: list[int] = []  # preempted jobs within their grace period (`grace_s`, 120 s: a tick is 1 s here)
     real = cycle_module.schedule
-    cycle_module.schedule = lambda snap, now, state=None: (looked.append(len(snap.pending)), real(snap, now, state))[1]
+
+    def schedule(snap, now, state=None):
+        looked.append(len(snap.pending))
+        stopping.append(len(snap.stopping))
+        return real(snap, now, state)
+
+    cycle_module.schedule = schedule
     with tempfile.TemporaryDirectory() as tmp:
         ctl = Controller(fed, Store(Path(tmp) / "s.db"), {s.name: FakeSite(s.name) for s in fed.sites}, clock=lambda: clock[0])
         t0 = time.perf_counter()
@@ -66,6 +75,7 @@ def main() -> None:
             times.append((time.perf_counter() - t0) * 1000)
         print(f"ticks after 100 new jobs each (ms): {[round(t) for t in times]}")
         print(f"waiting jobs each looked at: {looked[1:]}")
+        print(f"jobs stopping at each: {stopping[1:]}")
         print(f"p50 {statistics.median(times):.0f} ms, max {max(times):.0f} ms")
 
 

@@ -7,6 +7,7 @@ Amounts are integers in milli-units (GPU and CPU) and MiB (memory), so that quot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -304,8 +305,8 @@ class RunningJob:
     def tasks(self) -> int:
         return len(self.placements)
 
-    @property
-    def usage(self) -> Resources:
+    @cached_property
+    def usage(self) -> Resources:  # kept: dry runs sum the stopping jobs' usage again and again
         return self.spec.per_task.times(self.tasks)
 
 

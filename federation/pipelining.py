@@ -5,7 +5,7 @@ owns a part of what they free until it runs. KAI pipelines such a job onto the r
 capacity: the next job weighs only what is left. Without it, of ten queues reclaiming from one
 borrower each counted the first one's victims as enough for itself and waited: one reclaim per
 grace period. Here each such job is placed, in the order it claimed, in the state where every
-stopping job has stopped (`Pipelining._freed`), and a job's victim search weighs in that state
+stopping job has stopped (`Pipelining._freed_upto`), and a job's victim search weighs in that state
 (`FreedWorld`).
 """
 
@@ -79,7 +79,7 @@ class Pipelining:
         """`job` takes its part of what is being freed, where its last dry run placed it; its
         `victims` (if any) stop. The state the next job counts on follows from the last one's
         without a dry run: each of many preemptors in a cycle redid every one before it."""
-        if any(j.id == job.id for j in self.pipelined):  # an earlier cycle's: its part is worked out in _freed
+        if any(j.id == job.id for j in self.pipelined):  # an earlier cycle's: its part is worked out in _freed_upto
             self.stopping.extend(victims)
             return
         before = self.freed_states.get(self._freed_key(len(self.pipelined))) if self.stopping else (dict(self.cluster.site_free_milli), [])
@@ -98,54 +98,72 @@ class Pipelining:
 
     @cached_property
     def freed_states(self) -> dict[tuple, tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]]:
-        return {}  # see _freed
+        return {}  # see _freed_upto
 
-    def _freed(self, job: JobSpec) -> tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]:
-        """What `job` may count on once every stopping job has stopped and the jobs pipelined
-        ahead of it (all, if it is not pipelined) have taken their part: the free GPUs per site
-        then, and where those jobs go (fixed, as KAI's pipelined tasks are: more victims only free
-        more). Worked out once per state of the cycle and shared by every job that looks; within
-        a cycle the counts in the key only grow, but for pipelined jobs that start (admissions)."""
-        return self._freed_upto(next((i for i, j in enumerate(self.pipelined) if j.id == job.id), len(self.pipelined)))
+    def _ahead_of(self, job: JobSpec) -> int:
+        """How many pipelined jobs take their part before `job` does."""
+        return next((i for i, j in enumerate(self.pipelined) if j.id == job.id), len(self.pipelined))
 
     def _freed_upto(self, ahead: int) -> tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]:
-        """`_freed` with the first `ahead` pipelined jobs placed."""
-        key = self._freed_key(ahead)
-        hit = self.freed_states.get(key)
-        if hit is None:
-            placed_ahead: list[tuple[JobSpec, list[TaskPlacement]]] = []
-            grown = [self._elastic_cap(other) for other in self.pipelined[:ahead]]  # as they will start: within deserved
-            with self._without(self.stopping):
-                for other in grown:
-                    mine = self.claimed.get(other.id)
-                    if mine is not None and self.cluster.can_take(other, mine):  # where it claimed last cycle
-                        self.cluster.apply(other, mine)
-                        placed = list(mine)
-                    else:
-                        # a preemptor goes where its own victims free, not where others' do (as it is admitted)
-                        blocked = self._blocked_for(other) | (self._freed_for_others(other) if other.id in self.freeing else frozenset())
-                        placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
-                                       if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
-                                                           blocked)) is not None), None)
-                    if placed is not None:  # else it no longer fits: it weighs again when its turn comes
-                        placed_ahead.append((other, placed))
-                free = dict(self.cluster.site_free_milli)
-                for other, placed in placed_ahead:
-                    self.cluster.apply(other, placed, -1)
-            hit = self.freed_states[key] = (free, placed_ahead)
-        return hit
+        """What a job may count on once every stopping job has stopped and the first `ahead`
+        pipelined jobs (those ahead of it: all, if it is not pipelined) have taken their part: the
+        free GPUs per site then, and where those jobs go (fixed, as KAI's pipelined tasks are: more
+        victims only free more). Worked out once per state of the cycle and shared by every job
+        that looks; within a cycle the counts in the key only grow, but for pipelined jobs that
+        start (admissions). Each job placed takes what the ones before it left, so one pass gives
+        every `ahead` at once (each pipelined job asks for its own: a pass each was quadratic)."""
+        hit = self.freed_states.get(self._freed_key(ahead))
+        if hit is not None:
+            return hit
+        grown = [self._elastic_cap(other) for other in self.pipelined]  # as they will start: within deserved
+        placed_ahead: list[tuple[JobSpec, list[TaskPlacement]]] = []
+        with self._without([], stopping=True):
+            for k, other in enumerate(grown):
+                self.freed_states.setdefault(self._freed_key(k), (dict(self.cluster.site_free_milli), list(placed_ahead)))
+                mine = self.claimed.get(other.id)
+                if mine is not None and self.cluster.can_take(other, mine):  # where it claimed last cycle
+                    self.cluster.apply(other, mine)
+                    placed = list(mine)
+                else:
+                    # a preemptor goes where its own victims free, not where others' do (as it is admitted)
+                    blocked = self._blocked_for(other) | (self._freed_for_others(other) if other.id in self.freeing else frozenset())
+                    placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
+                                   if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
+                                                       blocked)) is not None), None)
+                if placed is not None:  # else it no longer fits: it weighs again when its turn comes
+                    placed_ahead.append((other, placed))
+            self.freed_states.setdefault(self._freed_key(len(grown)), (dict(self.cluster.site_free_milli), list(placed_ahead)))
+            for other, placed in placed_ahead:
+                self.cluster.apply(other, placed, -1)
+        return self.freed_states[self._freed_key(ahead)]
 
     def _freed_key(self, ahead: int) -> tuple:
         return (len(self.stopping), ahead, len(self.admissions), len(self.held), len(self.blocked))
 
+    @cached_property
+    def _gone(self) -> list:
+        return [0, {}]  # see _stopping_sums: how many stopping jobs are summed, and their sums
+
+    def _stopping_sums(self) -> dict[str, list[int]]:
+        """The quota tree's changes that take every stopping job off (`QuotaTree.sums`), kept as
+        victims are added (stopping only grows within a cycle): summed afresh for each dry run
+        and each reclaim candidate, they made a cycle grow with the jobs stopping."""
+        counted, sums = self._gone
+        if counted < len(self.stopping):
+            sums = self.quota.sums(((v.spec.queue, v.usage, -1, v.spec.preemptible) for v in self.stopping[counted:]), sums)
+            self._gone[:] = [len(self.stopping), sums]
+        return sums
+
     @contextmanager
-    def _without(self, gone: list[RunningJob], placed: list[tuple[JobSpec, list[TaskPlacement]]] = ()):
+    def _without(self, gone: list[RunningJob], placed: list[tuple[JobSpec, list[TaskPlacement]]] = (), stopping: bool = False):
         """A dry run's state: the `gone` jobs off the quota tree and the nodes, the `placed` ones
-        on; restored on leaving."""
-        quota = self.quota.shift([*((v.spec.queue, v.usage, -1, v.spec.preemptible) for v in gone),
-                                  *((spec.queue, spec.per_task.times(len(p)), 1, spec.preemptible) for spec, p in placed)])
+        on; restored on leaving. `stopping`: every stopping job is gone too."""
+        quota = self.quota.shift(self.quota.sums([*((v.spec.queue, v.usage, -1, v.spec.preemptible) for v in gone),
+                                                       *((spec.queue, spec.per_task.times(len(p)), 1, spec.preemptible) for spec, p in placed)],
+                                                      self._stopping_sums() if stopping else None))
         try:
-            nodes = self.cluster.shift([*((v.spec, v.placements, -1) for v in gone), *((spec, p, 1) for spec, p in placed)])
+            off = [*self.stopping, *gone] if stopping else gone
+            nodes = self.cluster.shift([*((v.spec, v.placements, -1) for v in off), *((spec, p, 1) for spec, p in placed)])
             try:
                 yield
             finally:
@@ -156,13 +174,13 @@ class Pipelining:
 
 class FreedWorld:
     """The state a job's victim search weighs in: every stopping job gone and the jobs pipelined
-    ahead of it placed (`Pipelining._freed`). Put on the quota tree and the nodes at the search's
+    ahead of it placed (`Pipelining._freed_upto`). Put on the quota tree and the nodes at the search's
     first dry run and kept until it ends, so each dry run takes off only its own victims (each
     took every stopping job off and put every pipelined one on: most of an incremental cycle)."""
 
     def __init__(self, cycle: Pipelining, job: JobSpec):
         self.cycle = cycle
-        self.free, self.ahead = cycle._freed(job) if cycle.stopping else (cycle.cluster.site_free_milli, [])
+        self.free, self.ahead = cycle._freed_upto(cycle._ahead_of(job)) if cycle.stopping else (cycle.cluster.site_free_milli, [])
         self.usage = cycle.quota.usage  # the queues' usage as it is: a copy once the world is on
         self.applied = False
         self._on = None
@@ -173,7 +191,7 @@ class FreedWorld:
         self.applied = True
         if self.cycle.stopping or self.ahead:
             self.usage = dict(self.cycle.quota.usage)
-            self._on = self.cycle._without(list(self.cycle.stopping), self.ahead)
+            self._on = self.cycle._without([], self.ahead, stopping=True)
             self._on.__enter__()
 
     def close(self) -> None:

@@ -78,14 +78,20 @@ class Preempting(Pipelining):
         # Queues' usage as it is (`world.usage`), jobs already stopping (chosen this cycle for
         # others, or earlier) counted as gone: with many reclaiming at once, each counting the
         # borrower's usage whole took it below its share.
+        stopping = self._stopping_sums()
+
+        def stopped(a: str) -> Resources:  # what the stopping jobs use in queue `a` (the sums are their changes: negative)
+            d = stopping.get(a)
+            return Resources(-d[0], -d[1], -d[2]) if d else ZERO
+
         def still_borrowing(victim: RunningJob, chosen: list[RunningJob]) -> bool:
             path = self.quota.path(victim.spec.queue)
-            gone = self._usage_of([*self.stopping, *chosen], path)
-            return any(not (world.usage[a] - gone[a]).fits_in(self.quota.queues[a].deserved) for a in path)
+            gone = self._usage_of(chosen, path)
+            return any(not (world.usage[a] - stopped(a) - gone[a]).fits_in(self.quota.queues[a].deserved) for a in path)
 
         def keeps_share(victim: RunningJob, chosen: list[RunningJob]) -> bool:
             q = victim.spec.queue
-            left = world.usage[q].gpu_milli - self._usage_of([*self.stopping, *chosen, victim], (q,))[q].gpu_milli
+            left = world.usage[q].gpu_milli - stopped(q).gpu_milli - self._usage_of([*chosen, victim], (q,))[q].gpu_milli
             return left >= self.quota.queues[q].deserved.gpu_milli
 
         return select_victims(cands, lambda vs: self._fits_without(job, sites, vs, world), still_borrowing, keeps_share, budget)
@@ -131,13 +137,17 @@ class Preempting(Pipelining):
         if not (self.policies.preemption.consolidation and need.gpu_milli):
             return False
         budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
-        blocked = self._blocked_for(job) | self._freed_for_others(job)
+        blocked = None  # worked out for a site that has the GPUs free at all (most jobs' sites have not)
         for site in sites:
             free = free_gpu_milli(self.cluster, frozenset({site}), mig=False)
+            if free < need.gpu_milli:
+                continue  # not fragmentation: the site has not the GPUs free
+            if blocked is None:
+                blocked = self._blocked_for(job) | self._freed_for_others(job)
             free -= sum(self.cluster.nodes[n].free_gpu_milli for n in blocked
                         if n in self.cluster.nodes and self.cluster.nodes[n].node.site == site and self.cluster.nodes[n].node.schedulable)
             if free < need.gpu_milli:
-                continue  # not fragmentation: the site has not the GPUs free
+                continue  # nor counting those held for others
             movable = sorted((r for r in self.running if r.site == site and r.spec.preemptible and not r.preempting and r.spec.id not in self.victims
                               and r.usage.gpu_milli),
                              key=lambda r: (-r.started_s, r.usage.gpu_milli, r.spec.id))[:self.CONSOLIDATION_CANDIDATES]

@@ -131,12 +131,12 @@ class QuotaTree:
         else:
             self.kids_held[parent] = self.kids_held[parent] + delta
 
-    def shift(self, changes: Iterable[tuple[str, Resources, int, bool]]) -> tuple:
-        """`add` for several jobs at once (leaf, usage, sign, preemptible), for a dry run: held is
-        carried up once per queue touched, and `restore` copies the saved values back (undoing job
-        by job, every dry run cost as much again)."""
-        usage, jobs, fixed = self.usage, self.jobs, self.fixed
-        deltas: dict[str, list[int]] = {}  # queue -> usage (gpu, cpu, memory), jobs, non-preemptible usage: plain sums first
+    def sums(self, changes: Iterable[tuple[str, Resources, int, bool]], base: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+        """Several jobs' usage starting or ending (leaf, usage, sign, preemptible), summed per
+        queue touched (with its ancestors) for `shift`: usage (gpu, cpu, memory), jobs,
+        non-preemptible usage; added to `base` (left as it is), the sums of changes a caller
+        shifts again and again (the stopping jobs, in each victim search)."""
+        deltas: dict[str, list[int]] = {a: list(d) for a, d in base.items()} if base else {}
         for leaf, r, sign, preemptible in changes:
             g, c, m = r.gpu_milli * sign, r.cpu_milli * sign, r.memory_mib * sign
             for a in self._paths[leaf]:
@@ -151,6 +151,13 @@ class QuotaTree:
                     d[4] += g
                     d[5] += c
                     d[6] += m
+        return dict(sorted(deltas.items(), key=lambda kv: len(self._paths[kv[0]]), reverse=True))  # children before parents
+
+    def shift(self, deltas: dict[str, list[int]]) -> tuple:
+        """`add` for several jobs at once (their `sums`, whose order puts children first), for a
+        dry run: held is carried up once per queue touched, and `restore` copies the saved values
+        back (undoing job by job, every dry run cost as much again)."""
+        usage, jobs, fixed = self.usage, self.jobs, self.fixed
         saved_usage = {a: usage[a] for a in deltas}
         saved_jobs = {a: jobs[a] for a in deltas}
         saved_fixed = {a: fixed[a] for a in deltas}
@@ -168,7 +175,7 @@ class QuotaTree:
         saved = (saved_usage, saved_jobs, saved_fixed, {a: self.held[a] for a in saved_usage},
                  {a: self.kids_held[a] for a in saved_usage if self.children[a]}, self.root_usage, self.root_held)
         self.root_usage = root
-        for a in sorted(saved_usage, key=lambda a: len(self._paths[a]), reverse=True):  # children before parents
+        for a in deltas:  # children before parents
             self._carry(a)
         self._changed(saved_usage)
         return saved

@@ -1,7 +1,7 @@
 """Dry runs (preemption's and pipelining's) take several jobs off the quota tree and the nodes and
-put others on at once (`QuotaTree.shift`, `ClusterState.shift`), then copy the saved state back
-(`restore`). They must leave exactly what applying the jobs one by one leaves, and restore
-exactly what was there."""
+put others on at once (`QuotaTree.shift` of their `sums`, `ClusterState.shift`), then copy the
+saved state back (`restore`). They must leave exactly what applying the jobs one by one leaves,
+and restore exactly what was there."""
 
 from __future__ import annotations
 
@@ -42,8 +42,17 @@ def test_a_quota_shift_leaves_what_adding_job_by_job_leaves_and_restore_puts_it_
         one_by_one.add(leaf, r, sign, preemptible)
 
     versions, count = dict(base.versions), base.changes
-    saved = base.shift(changes)
+    saved = base.shift(base.sums(changes))
     assert quota_contents(base) == quota_contents(one_by_one)
+    base.restore(saved)
+    assert quota_contents(base) == before
+    # the same changes summed in two parts, the first kept as the base of the second (as the
+    # stopping jobs' are for each dry run): the base is left as it was
+    cut = rng.randint(0, len(changes))
+    first = base.sums(changes[:cut])
+    kept = {a: list(d) for a, d in first.items()}
+    saved = base.shift(base.sums(changes[cut:], first))
+    assert quota_contents(base) == quota_contents(one_by_one) and first == kept
     base.restore(saved)
     assert quota_contents(base) == before
     # what was derived from the shifted state no longer holds: the counters only move on

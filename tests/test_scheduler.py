@@ -354,10 +354,10 @@ def test_victims_scattered_one_gpu_a_node_are_not_dry_run_until_a_node_could_hol
     # off the quota tree and the nodes and placing the task: 1,632 quota updates for nothing.
     f = fed([q("b", deserved=8), q("l", deserved=40)], [site("idc", count=6)], max_victims=48)
     running = _scattered(f)
-    calls = []  # a job's usage put on or taken off the quota tree, alone (add) or in a dry run's shift
-    real_add, real_shift = QuotaTree.add, QuotaTree.shift
+    calls = []  # a job's usage put on or taken off the quota tree, alone (add) or summed for a dry run's shift
+    real_add, real_sums = QuotaTree.add, QuotaTree.sums
     monkeypatch.setattr(QuotaTree, "add", lambda self, *a, **k: calls.append(1) or real_add(self, *a, **k))
-    monkeypatch.setattr(QuotaTree, "shift", lambda self, changes: calls.extend(changes := list(changes)) or real_shift(self, changes))
+    monkeypatch.setattr(QuotaTree, "sums", lambda self, changes, base=None: calls.extend(changes := list(changes)) or real_sums(self, changes, base))
     plan = schedule(snapshot(f, pending=[job("want", "l", gpus=8, submit=100)], running=running), 50)
     assert not plan.preemptions and plan.pending["want"].code != "WaitingForReclaim"
     assert len(calls) <= 100, f"{len(calls)} quota updates"
@@ -429,7 +429,7 @@ def test_a_job_does_not_dry_run_on_nodes_that_jobs_pipelined_ahead_of_it_have_ta
     running += [RunningJob(job(f"o{n}", "o", gpus=4), "idc", (TaskPlacement(f"idc-{n}", (0, 1, 2, 3)),), 0.0) for n in (1, 2)]
     searching, shifts = [], []  # the job whose victims are being looked for; the dry runs made for it
     real_shift, real_try = QuotaTree.shift, Preempting._try_preempt
-    monkeypatch.setattr(QuotaTree, "shift", lambda self, changes: shifts.append(searching[-1] if searching else None) or real_shift(self, changes))
+    monkeypatch.setattr(QuotaTree, "shift", lambda self, sums: shifts.append(searching[-1] if searching else None) or real_shift(self, sums))
 
     def trying(self, job, sites):
         searching.append(job.id)
