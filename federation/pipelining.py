@@ -180,7 +180,9 @@ class FreedWorld:
 
     def __init__(self, cycle: Pipelining, job: JobSpec):
         self.cycle = cycle
-        self.free, self.ahead = cycle._freed_upto(cycle._ahead_of(job)) if cycle.stopping else (cycle.cluster.site_free_milli, [])
+        ahead = cycle._ahead_of(job) if cycle.stopping else 0
+        self.key = cycle._freed_key(ahead)  # the state of the cycle it was worked out for
+        self.free, self.ahead = cycle._freed_upto(ahead) if cycle.stopping else (cycle.cluster.site_free_milli, [])
         self.usage = cycle.quota.usage  # the queues' usage as it is: a copy once the world is on
         self.applied = False
         self._on = None

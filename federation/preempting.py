@@ -13,7 +13,9 @@ several jobs counting on what is being freed each take their part in turn
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
+from functools import cached_property
 from itertools import chain
 
 from federation.holds import free_gpu_milli
@@ -137,6 +139,8 @@ class Preempting(Pipelining):
         if not (self.policies.preemption.consolidation and need.gpu_milli):
             return False
         budget = self.policies.preemption.max_victims_per_cycle - len(self.preemptions)
+        if budget <= 0:
+            return False  # the cycle's preemptions are spent: no mover may be chosen
         blocked = None  # worked out for a site that has the GPUs free at all (most jobs' sites have not)
         for site in sites:
             free = free_gpu_milli(self.cluster, frozenset({site}), mig=False)
@@ -232,21 +236,71 @@ class Preempting(Pipelining):
         sites = [s for s in sites if free.get(s, 0) + freed.get(s, 0) >= per * tasks]
         if not sites:
             return False
-        on_node: dict[str, int] = {}
-        for v in victims if world.applied else (*self.stopping, *victims):
-            for p in v.placements:
-                on_node[p.node] = on_node.get(p.node, 0) + v.spec.per_task.gpu_milli
-        if not world.applied:  # what the jobs pipelined ahead take of it is not there for this one
+        if world.applied:
+            extra = self._extra_tasks(_gpus_on_nodes(victims), per)
+        else:
+            extra = self._freed_extra(world, per)
+            if victims:
+                extra = self._with_victims(extra, world, victims, per)
+        return any(extra.get(s, 0) + capacity_for(self.cluster, s, job) >= tasks for s in sites)
+
+    # What the stopping jobs free, node by node, less what the jobs pipelined ahead take there, is
+    # alike for every job that weighs in the same freed world: worked out once per world (and task
+    # size), not for each job that asks and each set of victims it tries (a cycle grew with the
+    # waiting jobs times the jobs stopping).
+
+    @cached_property
+    def freed_nodes(self) -> dict[tuple, tuple[dict[str, int], dict[str, int]]]:
+        return {}  # FreedWorld.key -> (milli-GPUs the stopping jobs free by node, less the pipelined ahead's; the pipelined ahead's by node)
+
+    @cached_property
+    def freed_extra(self) -> dict[tuple, dict[str, int]]:
+        return {}  # (FreedWorld.key, a task's milli-GPU) -> by site, the tasks what is being freed adds
+
+    def _freed_nodes(self, world: FreedWorld) -> tuple[dict[str, int], dict[str, int]]:
+        hit = self.freed_nodes.get(world.key)
+        if hit is None:
+            on_node = _gpus_on_nodes(self.stopping)
+            ahead_on: dict[str, int] = {}
             for spec, placed in world.ahead:
                 for p in placed:
-                    if p.node in on_node and p.mig is None:
-                        on_node[p.node] -= spec.per_task.gpu_milli
-        nodes = self.cluster.nodes
-        for s in sites:
-            extra = sum((nodes[n].free_gpu_milli + g) // per for n, g in on_node.items() if n in nodes and nodes[n].node.site == s)
-            if extra + capacity_for(self.cluster, s, job) >= tasks:
-                return True
-        return False
+                    if p.mig is None:
+                        ahead_on[p.node] = ahead_on.get(p.node, 0) + spec.per_task.gpu_milli
+            for n, g in ahead_on.items():
+                if n in on_node:
+                    on_node[n] -= g
+            hit = self.freed_nodes[world.key] = (on_node, ahead_on)
+        return hit
+
+    def _freed_extra(self, world: FreedWorld, per: int) -> dict[str, int]:
+        key = (world.key, per)
+        hit = self.freed_extra.get(key)
+        if hit is None:
+            hit = self.freed_extra[key] = self._extra_tasks(self._freed_nodes(world)[0], per)
+        return hit
+
+    def _with_victims(self, extra: dict[str, int], world: FreedWorld, victims: list[RunningJob], per: int) -> dict[str, int]:
+        """`extra` with the `victims`' GPUs back too: only their nodes' share changes."""
+        on_node, ahead_on = self._freed_nodes(world)
+        extra = dict(extra)
+        for n, g in _gpus_on_nodes(victims).items():
+            st = self.cluster.nodes.get(n)
+            if st is None:
+                continue
+            site, had = st.node.site, on_node.get(n)
+            if had is not None:
+                extra[site] -= (st.free_gpu_milli + had) // per
+            extra[site] = extra.get(site, 0) + (st.free_gpu_milli + (had if had is not None else -ahead_on.get(n, 0)) + g) // per
+        return extra
+
+    def _extra_tasks(self, on_node: dict[str, int], per: int) -> dict[str, int]:
+        """By site, how many more tasks of `per` milli-GPU the nodes would hold with `on_node`'s GPUs back."""
+        extra: dict[str, int] = {}
+        for n, g in on_node.items():
+            st = self.cluster.nodes.get(n)
+            if st is not None:
+                extra[st.node.site] = extra.get(st.node.site, 0) + (st.free_gpu_milli + g) // per
+        return extra
 
     def _fits_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: FreedWorld) -> bool:
         """Would `job` pass quota and place in `world` (every stopping job gone, the jobs pipelined
@@ -261,3 +315,12 @@ class Preempting(Pipelining):
             if where is not None:
                 self.last_fit = (job.id, *where)
             return where is not None
+
+
+def _gpus_on_nodes(jobs: Iterable[RunningJob]) -> dict[str, int]:
+    """The milli-GPUs `jobs` hold on each node."""
+    out: dict[str, int] = {}
+    for v in jobs:
+        for p in v.placements:
+            out[p.node] = out.get(p.node, 0) + v.spec.per_task.gpu_milli
+    return out
