@@ -67,7 +67,7 @@ class Preempting(Pipelining):
 
     def _choose(self, job: JobSpec, sites: list[str], within: bool, others: Reclaimable | None, world: FreedWorld) -> list[Candidate] | None:
         """The victims `job` needs: none if what is being freed suffices; None if no set does."""
-        if self.stopping and self._fits_without(job, sites, [], world):
+        if self.stopping and self._freed_suffices(job, sites, world):
             return []
         policy = self.policies.preemption
         found, young = candidates(job, self.index.by_queue.get(job.queue, ()), others, set(self.quota.path(job.queue)), set(sites), within,
@@ -301,6 +301,15 @@ class Preempting(Pipelining):
             if st is not None:
                 extra[st.node.site] = extra.get(st.node.site, 0) + (st.free_gpu_milli + g) // per
         return extra
+
+    def _freed_suffices(self, job: JobSpec, sites: list[str], world: FreedWorld) -> bool:
+        """Would `job` pass quota and place in `world` with what is being freed alone? For a
+        pipelined job, what its world's pass found; else (or where it found no place) a dry run."""
+        hit = self.freed_fits.get(world.key)
+        if hit is not None and hit[0] == job.id and hit[1] == tuple(sites) and hit[2] is not None:
+            self.last_fit = (job.id, *hit[2])
+            return True
+        return self._fits_without(job, sites, [], world)
 
     def _fits_without(self, job: JobSpec, sites: list[str], victims: list[RunningJob], world: FreedWorld) -> bool:
         """Would `job` pass quota and place in `world` (every stopping job gone, the jobs pipelined

@@ -1,8 +1,9 @@
 """What a cycle costs with many jobs pipelined and many stopping (benchmarks/controller_tick.py:
 a tick grew from 1.0 to 6-11 s as 464 preempted jobs stopped within their grace). Each job
 waiting for what its victims free is placed once in the world where they have stopped, not once
-for each pipelined job behind it; what the stopping jobs free node by node is summed once, not
-for each waiting job that asks whether it would hold it. Counted, not timed."""
+for each pipelined job behind it, and weighs in that world as the pass builds it; what the
+stopping jobs free node by node is summed once, not for each waiting job that asks whether it
+would hold it. Counted, not timed."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import replace
 from federation import pipelining
 from federation.cluster import ClusterState
 from federation.model import RunningJob, TaskPlacement
+from federation.quota import QuotaTree
 from federation.scheduler import CycleState, schedule
 
 from .builders import fed, job, preempted, q, site, snapshot, start_all
@@ -27,8 +29,9 @@ def test_each_pipelined_job_is_placed_in_the_freed_world_once_a_cycle(monkeypatc
     plan = schedule(snapshot(f, running=running, pending=waiting), 50, state)
     assert len(preempted(plan)) == 40 and len(plan.pipelined) == 10, plan.pending
 
-    placed = Counter()
-    real_take, real_place = ClusterState.can_take, pipelining.place_gang
+    placed, worlds = Counter(), []
+    real_take, real_place, real_shift = ClusterState.can_take, pipelining.place_gang, QuotaTree.shift
+    monkeypatch.setattr(QuotaTree, "shift", lambda self, sums: worlds.append(1) or real_shift(self, sums))
     monkeypatch.setattr(ClusterState, "can_take", lambda self, spec, places: placed.update([spec.id]) or real_take(self, spec, places))
     monkeypatch.setattr(pipelining, "place_gang", lambda cluster, spec, *a: placed.update([spec.id]) or real_place(cluster, spec, *a))
     victims = {p.job_id: p.for_job for p in plan.preemptions}  # the shell marks them stopping, each for its preemptor
@@ -37,6 +40,9 @@ def test_each_pipelined_job_is_placed_in_the_freed_world_once_a_cycle(monkeypatc
     assert not again.admissions and set(again.pipelined) == set(plan.pipelined)  # still waiting for the same victims
     # once where it claimed (is it free yet?), once in the world where the victims have stopped
     assert set(placed) == {w.id for w in waiting} and max(placed.values()) <= 2, placed
+    # and each weighs in its world as the one pass builds it: the worlds are put on the quota
+    # tree and the nodes once, not again for each pipelined job (21 quota shifts before)
+    assert len(worlds) == 1
 
 
 class _Counted(tuple):
