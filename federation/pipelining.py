@@ -105,13 +105,15 @@ class Pipelining:
         weighs preempting asks (a scan each was a tenth of a tick with 300 pipelined). The list
         only grows, but for a pipelined job admitted, which the count of admissions shows."""
         n = len(self.pipelined)
-        if self._places[0] != (n, len(self.admissions)):
-            self._places[:] = [(n, len(self.admissions)), {j.id: i for i, j in enumerate(self.pipelined)}]
-        return self._places[1].get(job.id, n)
+        made_at, places = self._places
+        if made_at != (n, len(self.admissions)):
+            self._places = ((n, len(self.admissions)), {j.id: i for i, j in enumerate(self.pipelined)})
+            places = self._places[1]
+        return places.get(job.id, n)
 
     @cached_property
-    def _places(self) -> list:
-        return [None, {}]  # see _ahead_of: (the pipelined count, the admissions count) it was made at, job -> its place
+    def _places(self) -> tuple[tuple[int, int] | None, dict[str, int]]:
+        return None, {}  # see _ahead_of: (the pipelined count, the admissions count) it was made at; job -> its place
 
     def _freed_upto(self, ahead: int) -> tuple[dict[str, int], list[tuple[JobSpec, list[TaskPlacement]]]]:
         """What a job may count on once every stopping job has stopped and the first `ahead`
@@ -159,18 +161,22 @@ class Pipelining:
         `job` pass quota and place with what is being freed (`_freed_suffices`)? Each such job asked
         it by putting its own world on and taking it off again: a cycle grew with the pipelined jobs
         times the jobs stopping."""
-        sites = tuple(s for s in self._sites_for(job) if s not in self.snap.unreachable)
-        where = None
-        if self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
-            where = self._could_place(job, list(sites), self._blocked_for(job))
-        self.freed_fits[key] = (job.id, sites, where)
+        sites = [s for s in self._sites_for(job) if s not in self.snap.unreachable]
+        self.freed_fits[key] = (job.id, tuple(sites), self._place_within_quota(job, sites))
+
+    def _place_within_quota(self, job: JobSpec, sites: list[str]) -> tuple[str, list[TaskPlacement]] | None:
+        """Where `job` would place in the state as it is now, if its quota lets it (a dry run's
+        question: nothing stays placed)."""
+        if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
+            return None
+        return self._could_place(job, sites, self._blocked_for(job))
 
     def _freed_key(self, ahead: int) -> tuple:
         return (len(self.stopping), ahead, len(self.admissions), len(self.held), len(self.blocked))
 
     @cached_property
-    def _gone(self) -> list:
-        return [0, {}]  # see _stopping_sums: how many stopping jobs are summed, and their sums
+    def _gone(self) -> tuple[int, dict[str, list[int]]]:
+        return 0, {}  # see _stopping_sums: how many stopping jobs are summed, and their sums
 
     def _stopping_sums(self) -> dict[str, list[int]]:
         """The quota tree's changes that take every stopping job off (`QuotaTree.sums`), kept as
@@ -179,16 +185,17 @@ class Pipelining:
         counted, sums = self._gone
         if counted < len(self.stopping):
             sums = self.quota.sums(((v.spec.queue, v.usage, -1, v.spec.preemptible) for v in self.stopping[counted:]), sums)
-            self._gone[:] = [len(self.stopping), sums]
+            self._gone = (len(self.stopping), sums)
         return sums
 
     @contextmanager
     def _without(self, gone: list[RunningJob], placed: list[tuple[JobSpec, list[TaskPlacement]]] = (), stopping: bool = False):
         """A dry run's state: the `gone` jobs off the quota tree and the nodes, the `placed` ones
         on; restored on leaving. `stopping`: every stopping job is gone too."""
-        quota = self.quota.shift(self.quota.sums([*((v.spec.queue, v.usage, -1, v.spec.preemptible) for v in gone),
-                                                       *((spec.queue, spec.per_task.times(len(p)), 1, spec.preemptible) for spec, p in placed)],
-                                                      self._stopping_sums() if stopping else None))
+        sums = self.quota.sums([*((v.spec.queue, v.usage, -1, v.spec.preemptible) for v in gone),
+                                *((spec.queue, spec.per_task.times(len(p)), 1, spec.preemptible) for spec, p in placed)],
+                               self._stopping_sums() if stopping else None)
+        quota = self.quota.shift(sums)
         try:
             off = [*self.stopping, *gone] if stopping else gone
             nodes = self.cluster.shift([*((v.spec, v.placements, -1) for v in off), *((spec, p, 1) for spec, p in placed)])
@@ -208,9 +215,12 @@ class FreedWorld:
 
     def __init__(self, cycle: Pipelining, job: JobSpec):
         self.cycle = cycle
-        ahead = cycle._ahead_of(job) if cycle.stopping else 0
+        if cycle.stopping:
+            ahead = cycle._ahead_of(job)
+            self.free, self.ahead = cycle._freed_upto(ahead)
+        else:
+            ahead, self.free, self.ahead = 0, cycle.cluster.site_free_milli, []
         self.key = cycle._freed_key(ahead)  # the state of the cycle it was worked out for
-        self.free, self.ahead = cycle._freed_upto(ahead) if cycle.stopping else (cycle.cluster.site_free_milli, [])
         self.usage = cycle.quota.usage  # the queues' usage as it is: a copy once the world is on
         self.applied = False
         self._on = None

@@ -318,9 +318,7 @@ class Preempting(Pipelining):
             return False
         world.apply()
         with self._without(victims):
-            if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
-                return False
-            where = self._could_place(job, sites, self._blocked_for(job))
+            where = self._place_within_quota(job, sites)
             if where is not None:
                 self.last_fit = (job.id, *where)
             return where is not None
