@@ -58,6 +58,8 @@ class ClusterState:
         self.site_groups: dict[str, dict[int, None]] = {}  # site -> its signatures
         self.site_free_milli: dict[str, int] = {}  # site -> free milli-GPU on its schedulable nodes (MIG instances aside), kept as nodes change
         self.fit_cache: dict[tuple, int] = {}  # (free state, task shape) -> tasks that fit; a pure function
+        self.site_changes: dict[str, int] = {}  # site -> how many times its nodes were (re-)indexed: what is derived from them holds while it stands
+        self.capacity_cache: dict[tuple, tuple[int, int]] = {}  # (site, task shape) -> (site_changes then, tasks the site takes)
         self._ids: dict[tuple, int] = {}  # interned signatures and free states (hashed once)
         for n in nodes:
             self.add_node(n)
@@ -96,6 +98,7 @@ class ClusterState:
         st.sig = self._intern((st.node.site, st.node.rack, st.fit_key))
         site = st.node.site
         self.site_free_milli[site] = self.site_free_milli.get(site, 0) + st.free_gpu_milli
+        self.site_changes[site] = self.site_changes.get(site, 0) + 1
         group = self.groups.get(st.sig)
         if group is None:
             self.groups[st.sig] = [st.node.name]
@@ -110,6 +113,7 @@ class ClusterState:
             if i < len(group) and group[i] == st.node.name:
                 del group[i]
                 self.site_free_milli[st.node.site] -= st.free_gpu_milli
+                self.site_changes[st.node.site] += 1
             if not group:
                 del self.groups[st.sig]
                 del self.site_groups[st.node.site][st.sig]

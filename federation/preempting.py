@@ -40,12 +40,14 @@ class Preempting(Pipelining):
 
     def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
         """Choose victims for `job` (or see that victims already stopping suffice)."""
-        within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
         policy = self.policies.preemption
-        others = self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
+        search = None
+        if self._may_choose(job, sites):
+            within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
+            search = within, self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
         world = FreedWorld(self, job)
         try:
-            chosen = self._choose(job, sites, within, others, world)
+            chosen = self._choose(job, sites, search, world)
         finally:
             world.close()
         if chosen is None:
@@ -65,10 +67,28 @@ class Preempting(Pipelining):
         self._hold_back(job)
         return True
 
-    def _choose(self, job: JobSpec, sites: list[str], within: bool, others: Reclaimable | None, world: FreedWorld) -> list[Candidate] | None:
-        """The victims `job` needs: none if what is being freed suffices; None if no set does."""
+    def _may_choose(self, job: JobSpec, sites: list[str]) -> bool:
+        """Whether a victim search could choose any victim for `job`, or find gangs too young to
+        reclaim yet (when to look again). Not once the cycle's preemptions are spent, nor where
+        nothing runs that it could take: with many thousands waiting, most of a full cycle's
+        searches were of this kind (they found nothing, at ~60 us each)."""
+        policy = self.policies.preemption
+        others = self._reclaimable(sites) if policy.reclaim else None
+        if others is not None and others.started_after(self.now - policy.reclaim_min_runtime_s):
+            return True
+        if len(self.preemptions) >= policy.max_victims_per_cycle:
+            return False
+        return bool(self.index.by_queue.get(job.queue)) or (others is not None and others.any())
+
+    def _choose(self, job: JobSpec, sites: list[str], search: tuple[bool, Reclaimable | None] | None, world: FreedWorld) -> list[Candidate] | None:
+        """The victims `job` needs: none if what is being freed suffices; None if no set does.
+        `search`: whether the job is within its share and what reclaim may take, or None where no
+        search could choose (`_may_choose`)."""
         if self.stopping and self._freed_suffices(job, sites, world):
             return []
+        if search is None:
+            return None
+        within, others = search
         policy = self.policies.preemption
         found, young = candidates(job, self.index.by_queue.get(job.queue, ()), others, set(self.quota.path(job.queue)), set(sites), within,
                                   policy.borrow_within_cohort_max_priority, self.now - policy.reclaim_min_runtime_s)

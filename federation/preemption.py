@@ -61,9 +61,16 @@ class Reclaimable:
             yield self._ordered[i]
             i += 1
 
+    def any(self) -> bool:
+        return bool(self._heap or self._ordered)
+
+    def started_after(self, after: float) -> bool:
+        """Whether any of the gangs started later than `after` (`first_start_after` can find one)."""
+        return after < self._latest
+
     def first_start_after(self, after: float, takes: Callable[[RunningJob], bool]) -> float | None:
         """The earliest start later than `after` among the gangs `takes` accepts."""
-        if after >= self._latest:  # none started later: no need to sort them by start
+        if not self.started_after(after):  # none started later: no need to sort them by start
             return None
         by_start, starts = self._by_start
         return next((by_start[i].started_s for i in range(bisect_right(starts, after), len(by_start)) if takes(by_start[i])), None)

@@ -38,6 +38,9 @@ class Verdict:
     free: Resources | None = None  # headroom at the binding level
 
 
+ADMIT, ADMIT_BORROWING = Verdict(True), Verdict(True, borrowing=True)  # made once: most checks in a full cycle pass
+
+
 class QuotaTree:
     def __init__(self, queues: Sequence[Queue], capacity: Resources):
         self.queues = {q.name: q for q in queues}
@@ -237,7 +240,7 @@ class QuotaTree:
             return Verdict(False, borrowing=borrowing, pool=True, code="WaitingForQuota",
                            message="the federation's capacity is held by other queues' usage and guarantees",
                            free=(self.capacity - self.root_held).clip0())
-        return Verdict(True, borrowing=borrowing)
+        return ADMIT_BORROWING if borrowing else ADMIT
 
     def _root_held_after(self, leaf: str, r: Resources) -> Resources:
         """root held if `r` were added to `leaf` (the same walk as `_refresh`, without writing)."""

@@ -155,6 +155,8 @@ class _Cycle(Preempting):
         self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
         self.holds = Holds(self.quota, self.cluster, snap.upcoming_reserves)
         self.requests_of: dict[str, Resources] = {}  # job -> what it asks to start, for the fair-share order
+        self.keys: dict[tuple[str, Resources], tuple[int, bool, tuple]] = {}  # (queue, request) -> (its top queue's version, borrows?, fair-share key)
+        self.sites_of: dict[tuple, list[str]] = {}  # (queue, task shape) -> the sites that may hold it, in order
         self.wake_at: float | None = None
         # nodes being emptied for a gang by consolidation, until it starts or the hold lapses
         self.consolidating = {j: v for j, v in snap.consolidating.items() if v[1] > now}
@@ -349,12 +351,22 @@ class _Cycle(Preempting):
             if jobs:
                 heapq.heappush(heap, (self._key(jobs[-1]), q, versions[top[q]]))
 
-    def _key(self, j: JobSpec) -> tuple:
+    def _need(self, j: JobSpec) -> Resources:
+        """What `j` asks to start with (its minimum, if elastic)."""
         r = self.requests_of.get(j.id)
         if r is None:
             r = self.requests_of[j.id] = j.request(j.min_tasks or j.tasks)
-        borrows = self.quota.borrows(j.queue, r)
-        return (borrows, self.quota.order_key(j.queue, r) if borrows else (), -j.priority, j.submit_s, j.id)
+        return r
+
+    def _key(self, j: JobSpec) -> tuple:
+        # alike for the jobs of a queue asking the same, while its subtree's usage stands: kept
+        r = self._need(j)
+        version = self.quota.versions[self.quota.top(j.queue)]
+        hit = self.keys.get((j.queue, r))
+        if hit is None or hit[0] != version:
+            borrows = self.quota.borrows(j.queue, r)
+            hit = self.keys[(j.queue, r)] = (version, borrows, self.quota.order_key(j.queue, r) if borrows else ())
+        return (hit[1], hit[2], -j.priority, j.submit_s, j.id)
 
     # 3. assign ------------------------------------------------------------------------------
 
@@ -365,7 +377,7 @@ class _Cycle(Preempting):
             return
         # the quota decides on every site; nothing is placed (or preempted) where a site does not answer
         reachable = [s for s in sites if s not in self.snap.unreachable] if self.snap.unreachable else sites
-        need = job.request(job.min_tasks or job.tasks)
+        need = self._need(job)
         if self.preemptor_priority.get(job.queue, job.priority) > job.priority:
             self.pending[job.id] = PendingReason("BehindPreemptor", "a higher-priority job of its queue waits for the jobs it preempted to stop", need)
             return
@@ -494,10 +506,14 @@ class _Cycle(Preempting):
             self.requests.append(CapacityRequest(job.id, job.queue, job.min_tasks or job.tasks, job.per_task, job.gpu_models, job.submit_s))
 
     def _sites_for(self, job: JobSpec) -> list[str]:
-        q = self.quota.queues[job.queue]
-        allowed = set(q.sites) if q.sites is not None else None
-        feasible = feasible_sites(self.snap.federation, job)
-        return [s for s in self.site_order if s in feasible and (allowed is None or s in allowed)]
+        key = (job.queue, job.per_task, job.gpu_models, job.mig_profile)
+        hit = self.sites_of.get(key)
+        if hit is None:
+            q = self.quota.queues[job.queue]
+            allowed = set(q.sites) if q.sites is not None else None
+            feasible = feasible_sites(self.snap.federation, job)
+            hit = self.sites_of[key] = [s for s in self.site_order if s in feasible and (allowed is None or s in allowed)]
+        return hit
 
     # 5. reserve and 6. explain --------------------------------------------------------------
 
