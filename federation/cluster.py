@@ -55,7 +55,9 @@ class ClusterState:
     def __init__(self, nodes: Iterable[Node]):
         self.nodes: dict[str, NodeState] = {}
         self.groups: dict[int, list[str]] = {}  # signature -> node names, sorted
-        self.site_groups: dict[str, dict[int, None]] = {}  # site -> its signatures
+        # site -> free state -> its groups' signatures (one a rack): placement skips a free state
+        # that does not fit the task once, not once a rack
+        self.site_groups: dict[str, dict[int, dict[int, None]]] = {}
         self.site_free_milli: dict[str, int] = {}  # site -> free milli-GPU on its schedulable nodes (MIG instances aside), kept as nodes change
         self.fit_cache: dict[tuple, int] = {}  # (free state, task shape) -> tasks that fit; a pure function
         self.site_changes: dict[str, int] = {}  # site -> how many times its nodes were (re-)indexed: what is derived from them holds while it stands
@@ -102,7 +104,7 @@ class ClusterState:
         group = self.groups.get(st.sig)
         if group is None:
             self.groups[st.sig] = [st.node.name]
-            self.site_groups.setdefault(st.node.site, {})[st.sig] = None
+            self.site_groups.setdefault(site, {}).setdefault(st.fit_key, {})[st.sig] = None
         else:
             insort(group, st.node.name)
 
@@ -116,14 +118,18 @@ class ClusterState:
                 self.site_changes[st.node.site] += 1
             if not group:
                 del self.groups[st.sig]
-                del self.site_groups[st.node.site][st.sig]
+                fits = self.site_groups[st.node.site]
+                del fits[st.fit_key][st.sig]
+                if not fits[st.fit_key]:
+                    del fits[st.fit_key]
 
     def representatives(self, sites: set[str] | None = None) -> Iterator[NodeState]:
-        """One schedulable node per distinct free state: the first by name."""
-        for site, sigs in self.site_groups.items():
+        """One schedulable node per distinct free state and rack: the first by name."""
+        for site, fits in self.site_groups.items():
             if sites is None or site in sites:
-                for sig in sigs:
-                    yield self.nodes[self.groups[sig][0]]
+                for sigs in fits.values():
+                    for sig in sigs:
+                        yield self.nodes[self.groups[sig][0]]
 
     def members(self, sig: int, blocked: frozenset[str] | set[str]) -> int:
         """How many nodes of the group are not in `blocked`."""

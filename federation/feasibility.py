@@ -90,7 +90,7 @@ def check_job(fed: Federation, job: JobSpec) -> None:
     most = most_tasks_at_a_site(fed, job, sites)
     if most < (job.min_tasks or job.tasks):
         raise JobRejected(job.id, "tasks", f"a gang runs on one site, and no site of queue {job.queue!r} can hold more than {most} of its {job.min_tasks or job.tasks} tasks at once")
-    need = job.request(job.min_tasks or job.tasks)
+    need = job.start_request
     cap = widest_capability(fed, q)  # a window may raise it: such a job waits for the window
     if not need.fits_in(cap):
         raise JobRejected(job.id, "tasks", f"the gang needs {need}, above queue {job.queue!r}'s capability {cap}")

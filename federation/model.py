@@ -255,6 +255,7 @@ class JobSpec:
     max_retries: int = 0  # a run that fails at its site is run again, this many times at most
     not_before_s: float | None = None  # after a failed run, its retry waits until then (back-off)
     _shape: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _start: Resources | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def shape_key(self) -> tuple:
@@ -267,6 +268,16 @@ class JobSpec:
 
     def request(self, tasks: int | None = None) -> Resources:
         return self.per_task.times(self.tasks if tasks is None else tasks)
+
+    @property
+    def start_request(self) -> Resources:
+        """What it asks to start with (its minimum, if elastic); computed once: a full cycle
+        asks it of every waiting job several times."""
+        r = self._start
+        if r is None:
+            r = self.per_task.times(self.min_tasks or self.tasks)
+            object.__setattr__(self, "_start", r)
+        return r
 
 
 @dataclass(frozen=True)

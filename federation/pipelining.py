@@ -167,7 +167,7 @@ class Pipelining:
     def _place_within_quota(self, job: JobSpec, sites: list[str]) -> tuple[str, list[TaskPlacement]] | None:
         """Where `job` would place in the state as it is now, if its quota lets it (a dry run's
         question: nothing stays placed)."""
-        if not self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible).ok:
+        if not self.quota.check(job.queue, job.start_request, job.preemptible).ok:
             return None
         return self._could_place(job, sites, self._blocked_for(job))
 

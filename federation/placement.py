@@ -33,17 +33,17 @@ def _groups(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[s
         return out  # not one task's GPUs free on the whole site: no group need be looked at
     # the hottest loop of a full cycle: the groups walked and the fit cache read inline
     groups, nodes, cache, shape = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key
-    for sig in cluster.site_groups.get(site, ()):
-        names = groups[sig]
-        rep = nodes[names[0]]
-        k = cache.get((rep.fit_key, shape))
+    for fit_key, sigs in cluster.site_groups.get(site, {}).items():
+        k = cache.get((fit_key, shape))
         if k is None:
-            k = _fit(cluster, job, rep)
+            k = _fit(cluster, job, nodes[groups[next(iter(sigs))][0]])
         if k == 0:
             continue
-        usable = cluster.members(sig, blocked) if blocked else len(names)
-        if usable:
-            out.append((rep, usable, k))
+        for sig in sigs:
+            names = groups[sig]
+            usable = cluster.members(sig, blocked) if blocked else len(names)
+            if usable:
+                out.append((nodes[names[0]], usable, k))
     return out
 
 
@@ -104,26 +104,28 @@ def _greedy(cluster: ClusterState, job: JobSpec, want: int, strategy: Strategy, 
         remaining = want - len(placed)
         best = None
         # alike free states in other racks score alike: score the first node by name, once
-        first: dict[int, tuple[str, int]] = {}  # free state -> (its first usable node by name, tasks it takes)
+        first: list[tuple[str, int]] = []  # per free state that fits: (its first usable node by name, tasks it takes)
         groups, nodes, cache, shape = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key
         skip = (blocked | used) if one_each else blocked
-        for sig in cluster.site_groups.get(site, ()):
-            names = groups[sig]
-            rep = nodes[names[0]]
-            if rack is not None and rep.node.rack != rack:
-                continue
-            have = first.get(rep.fit_key)
-            if have is not None and names[0] >= have[0]:
-                continue  # sorted by name: nothing in this group comes first
-            k = cache.get((rep.fit_key, shape))
+        for fit_key, sigs in cluster.site_groups.get(site, {}).items():
+            k = cache.get((fit_key, shape))
             if k is None:
-                k = _fit(cluster, job, rep)
+                k = _fit(cluster, job, nodes[groups[next(iter(sigs))][0]])
             if k == 0:
                 continue
-            name = next((n for n in names if n not in skip), None) if skip else names[0]
-            if name is not None and (have is None or name < have[0]):
-                first[rep.fit_key] = (name, k)
-        for name, k in first.values():
+            have = None
+            for sig in sigs:
+                names = groups[sig]
+                if rack is not None and nodes[names[0]].node.rack != rack:
+                    continue
+                if have is not None and names[0] >= have:
+                    continue  # sorted by name: nothing in this group comes first
+                name = next((n for n in names if n not in skip), None) if skip else names[0]
+                if name is not None and (have is None or name < have):
+                    have = name
+            if have is not None:
+                first.append((have, k))
+        for name, k in first:
             member = nodes[name]
             k = min(k, 1 if one_each else remaining)
             key = (-k, strategy.score(member, job, k), name)

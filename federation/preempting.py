@@ -43,7 +43,7 @@ class Preempting(Pipelining):
         policy = self.policies.preemption
         search = None
         if self._may_choose(job, sites):
-            within = self.quota.entitled(job.queue, job.request(job.min_tasks or job.tasks))
+            within = self.quota.entitled(job.queue, job.start_request)
             search = within, self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
         world = FreedWorld(self, job)
         try:

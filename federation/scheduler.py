@@ -154,9 +154,8 @@ class _Cycle(Preempting):
         self.failed: dict[tuple, PendingReason] = {}  # (queue, priority, shape) -> reason once preemption failed too
         self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
         self.holds = Holds(self.quota, self.cluster, snap.upcoming_reserves)
-        self.requests_of: dict[str, Resources] = {}  # job -> what it asks to start, for the fair-share order
         self.keys: dict[tuple[str, Resources], tuple[int, bool, tuple]] = {}  # (queue, request) -> (its top queue's version, borrows?, fair-share key)
-        self.sites_of: dict[tuple, list[str]] = {}  # (queue, task shape) -> the sites that may hold it, in order
+        self.sites_of: dict[tuple, list[str]] = {}  # (queue, task shape) -> the sites that may hold it, in order (a list no one changes)
         self.wake_at: float | None = None
         # nodes being emptied for a gang by consolidation, until it starts or the hold lapses
         self.consolidating = {j: v for j, v in snap.consolidating.items() if v[1] > now}
@@ -351,16 +350,9 @@ class _Cycle(Preempting):
             if jobs:
                 heapq.heappush(heap, (self._key(jobs[-1]), q, versions[top[q]]))
 
-    def _need(self, j: JobSpec) -> Resources:
-        """What `j` asks to start with (its minimum, if elastic)."""
-        r = self.requests_of.get(j.id)
-        if r is None:
-            r = self.requests_of[j.id] = j.request(j.min_tasks or j.tasks)
-        return r
-
     def _key(self, j: JobSpec) -> tuple:
         # alike for the jobs of a queue asking the same, while its subtree's usage stands: kept
-        r = self._need(j)
+        r = j.start_request
         version = self.quota.versions[self.quota.top(j.queue)]
         hit = self.keys.get((j.queue, r))
         if hit is None or hit[0] != version:
@@ -377,7 +369,7 @@ class _Cycle(Preempting):
             return
         # the quota decides on every site; nothing is placed (or preempted) where a site does not answer
         reachable = [s for s in sites if s not in self.snap.unreachable] if self.snap.unreachable else sites
-        need = self._need(job)
+        need = job.start_request
         if self.preemptor_priority.get(job.queue, job.priority) > job.priority:
             self.pending[job.id] = PendingReason("BehindPreemptor", "a higher-priority job of its queue waits for the jobs it preempted to stop", need)
             return
@@ -471,7 +463,7 @@ class _Cycle(Preempting):
     def _start_on_claimed(self, job: JobSpec) -> bool:
         """Start a job on the cloud nodes bought for it, if its quota lets it and they hold it."""
         mine = {n for n, jobs in self.claims.items() if job.id in jobs and n in self.cluster.nodes}
-        verdict = self.quota.check(job.queue, job.request(job.min_tasks or job.tasks), job.preemptible)
+        verdict = self.quota.check(job.queue, job.start_request, job.preemptible)
         if not verdict.ok:
             # its queue took other capacity meanwhile (or shrank): holding the nodes idle for it
             # would waste them; they are everyone's from now, this cycle included
@@ -506,7 +498,7 @@ class _Cycle(Preempting):
             self.requests.append(CapacityRequest(job.id, job.queue, job.min_tasks or job.tasks, job.per_task, job.gpu_models, job.submit_s))
 
     def _sites_for(self, job: JobSpec) -> list[str]:
-        key = (job.queue, job.per_task, job.gpu_models, job.mig_profile)
+        key = (job.queue, job.shape_key)
         hit = self.sites_of.get(key)
         if hit is None:
             q = self.quota.queues[job.queue]

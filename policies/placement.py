@@ -219,6 +219,7 @@ class FragmentationAware(Strategy):
         self.mix = mix
         self.pinned = any(s.gpu_models for s, _ in mix)
         self._cache: dict[tuple, float] = {}
+        self._scores: dict[tuple, float] = {}  # (node free state, task shape, tasks) -> score: a pure function of them
 
     def fragmentation(self, gpu_free: tuple[int, ...], cpu_free: int, mem_free: int, model: str | None = None) -> float:
         key = (gpu_free, cpu_free, mem_free, model)
@@ -239,8 +240,18 @@ class FragmentationAware(Strategy):
         return tuple(sorted(free))
 
     def score(self, st, job, k):
+        free = tuple(sorted(st.gpu_free))
+        key = (free, st.cpu_free, st.mem_free, st.node.gpu_model, job.shape_key, k)
+        v = self._scores.get(key)
+        if v is None:
+            if len(self._scores) > 200_000:  # bound it over long simulations
+                self._scores.clear()
+            v = self._scores[key] = self._score(st, job, k, free)
+        return v
+
+    def _score(self, st: NodeState, job: JobSpec, k: int, free: tuple[int, ...]) -> float:
         model = st.node.gpu_model
-        before = self.fragmentation(tuple(sorted(st.gpu_free)), st.cpu_free, st.mem_free, model)
+        before = self.fragmentation(free, st.cpu_free, st.mem_free, model)
         fits = self._fits(st, job, k)
         r = job.per_task
         after = self.fragmentation(self._after(st, job, fits), st.cpu_free - k * r.cpu_milli, st.mem_free - k * r.memory_mib, model)

@@ -109,4 +109,9 @@ def cluster_contents(c: ClusterState) -> tuple:
     """What the nodes hold and how they are indexed, to compare two cluster states."""
     nodes = {n: (list(st.gpu_free), st.cpu_free, st.mem_free, list(st.mig_free), st.tasks) for n, st in c.nodes.items()}
     groups = sorted(tuple(names) for names in c.groups.values())
-    return nodes, groups, dict(c.site_free_milli)
+    # each site's groups by free state, as placement walks them: every group under the free state of its nodes
+    by_state = {site: sorted((c.nodes[c.groups[sig][0]].free_state(), tuple(c.groups[sig])) for key, sigs in fits.items() for sig in sigs
+                             if all(c.nodes[n].fit_key == key for n in c.groups[sig]))
+                for site, fits in c.site_groups.items() if fits}
+    assert sum(len(v) for v in by_state.values()) == len(c.groups), "a group is filed under another free state, or not at all"
+    return nodes, groups, dict(c.site_free_milli), by_state

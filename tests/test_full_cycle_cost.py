@@ -95,3 +95,27 @@ def test_a_queues_place_in_the_fair_share_order_is_worked_out_once_while_its_usa
     plan = schedule(snapshot(f, running=running, pending=waiting), 10, state)
     assert not plan.admissions and len(plan.pending) == 40
     assert sorted(keys) == ["b", "c"], keys
+
+
+class _CountedGets(dict):
+    gets = 0
+
+    def get(self, *a):
+        _CountedGets.gets += 1
+        return super().get(*a)
+
+
+def test_placement_passes_over_a_free_state_that_fits_nothing_once_not_once_a_rack():
+    # 40 racks of full nodes and one free node: a task is weighed against two free states (full,
+    # free), not against 41 groups (a full cycle from an empty cluster fills rack after rack)
+    f = fed([q("a")], [site("idc", count=41)])
+    nodes = nodes_of(f.sites[0], racks=41)
+    cluster = ClusterState(nodes)
+    for i in range(40):
+        assert placement.place_gang(cluster, job(f"fill-{i}", "a", gpus=8), "idc", BestFit()) is not None
+    free = [n for n, st in cluster.nodes.items() if st.free_gpu_milli]
+    cluster.fit_cache = _CountedGets(cluster.fit_cache)
+    _CountedGets.gets = 0
+    placed = placement.place_gang(cluster, job("x", "a", gpus=4), "idc", BestFit())
+    assert [p.node for p in placed] == free
+    assert _CountedGets.gets <= 4  # each free state once, and once more inside `_fit` for a shape not yet cached (43 before)
