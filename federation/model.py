@@ -271,13 +271,22 @@ class JobSpec:
 
     @property
     def start_request(self) -> Resources:
-        """What it asks to start with (its minimum, if elastic); computed once: a full cycle
-        asks it of every waiting job several times."""
+        """What it asks to start with (its minimum, if elastic); looked up once (a full cycle asks
+        it of every waiting job several times), and one object for all jobs asking alike (a
+        million-job replay holds them all)."""
         r = self._start
         if r is None:
-            r = self.per_task.times(self.min_tasks or self.tasks)
+            n, p = self.min_tasks or self.tasks, self.per_task
+            r = p if n == 1 else _starts.get((p.gpu_milli, p.cpu_milli, p.memory_mib, n))
+            if r is None:
+                if len(_starts) > 10_000:
+                    _starts.clear()
+                r = _starts[(p.gpu_milli, p.cpu_milli, p.memory_mib, n)] = p.times(n)
             object.__setattr__(self, "_start", r)
         return r
+
+
+_starts: dict[tuple[int, int, int, int], Resources] = {}  # JobSpec.start_request's, shared
 
 
 @dataclass(frozen=True)

@@ -236,19 +236,26 @@ class QuotaTree:
         # beyond the nodes' capacity it is the placement's call (wait, reclaim, burst).
         ru, cap = self.root_usage, self.capacity
         physical = ru.gpu_milli + rg <= cap.gpu_milli and ru.cpu_milli + rc <= cap.cpu_milli and ru.memory_mib + rm <= cap.memory_mib
-        if physical and not self._root_held_after(leaf, r).fits_in(self.capacity):
+        if physical and not self._root_fits_after(leaf, rg, rc, rm):
             return Verdict(False, borrowing=borrowing, pool=True, code="WaitingForQuota",
                            message="the federation's capacity is held by other queues' usage and guarantees",
                            free=(self.capacity - self.root_held).clip0())
         return ADMIT_BORROWING if borrowing else ADMIT
 
-    def _root_held_after(self, leaf: str, r: Resources) -> Resources:
-        """root held if `r` were added to `leaf` (the same walk as `_refresh`, without writing)."""
-        delta = None
-        for a in self._paths[leaf]:
-            base = (self.kids_held[a] + delta) if delta is not None else self.usage[a] + r
-            delta = base.max(self.reserve[a]) - self.held[a]
-        return self.root_held + delta
+    def _root_fits_after(self, leaf: str, rg: int, rc: int, rm: int) -> bool:
+        """Would root held fit the capacity were (rg, rc, rm) added to `leaf`? The same walk as
+        `_refresh`, without writing; in plain integers (every admission asks)."""
+        u = self.usage[leaf]
+        bg, bc, bm = u.gpu_milli + rg, u.cpu_milli + rc, u.memory_mib + rm
+        dg = dc = dm = 0
+        for i, a in enumerate(self._paths[leaf]):
+            if i:  # a parent: its children's held, the change below carried in
+                k = self.kids_held[a]
+                bg, bc, bm = k.gpu_milli + dg, k.cpu_milli + dc, k.memory_mib + dm
+            res, h = self.reserve[a], self.held[a]
+            dg, dc, dm = max(bg, res.gpu_milli) - h.gpu_milli, max(bc, res.cpu_milli) - h.cpu_milli, max(bm, res.memory_mib) - h.memory_mib
+        root, cap = self.root_held, self.capacity
+        return root.gpu_milli + dg <= cap.gpu_milli and root.cpu_milli + dc <= cap.cpu_milli and root.memory_mib + dm <= cap.memory_mib
 
     def entitled(self, leaf: str, r: Resources) -> bool:
         """Would `leaf` fit `r` inside deserved on its whole path if every borrower gave back?

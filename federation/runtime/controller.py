@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from prometheus_client import Histogram
 
+from federation import garbage
 from federation.cycle import DecisionCycle, Decisions, Observation, ProvisionFailure
 from federation.errors import BadSubmission, JobRejected
 from federation.feasibility import check_job
@@ -253,6 +254,7 @@ class Controller(SiteJobs):
             m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], d.capacity_waiting,
                    d.mig_forecast.get(site) if d.mig_forecast is not None else None)
         self.cycle_seconds.observe(time.perf_counter() - began)
+        garbage.settle()
         if d.evict or overran:  # evicted gangs wait again, stopped ones freed their nodes: decide at once, as the simulator does
             self.tick()
 

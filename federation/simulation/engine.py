@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from federation import garbage
 from federation.cluster import ClusterState
 from federation.cycle import DecisionCycle, Observation, ProvisionFailure
 from federation.errors import FederationError
@@ -215,6 +216,7 @@ class Simulator(SimCloud):
                 getattr(self, f"_on_{kind}")(t, *payload)
             self._cycle(t)
             self._mig_step(t)
+            garbage.settle()
             if self.opt.progress and self.finished != done:  # counted as jobs finish: a scan here was 2x the run
                 done = self.finished
                 self.opt.progress(t, done, total)
