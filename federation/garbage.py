@@ -4,7 +4,7 @@ A full collection walks every object the collector tracks. A controller or a rep
 whole world (in `fedctl bench scale`: 50,000 waiting jobs, 10,000 nodes, 1,000 queues, ~170,000
 tracked objects and millions of references between them), and a full cycle leaves enough new
 objects behind to set off one or two full collections of it, ~150-200 ms each, 15-18% of the
-cycle. Nearly all of that state lives on from cycle to cycle. So each shell, after each cycle,
+cycle. Nearly all of that state lives on from cycle to cycle. So each shell, before each cycle,
 freezes what is tracked (`gc.freeze`: out of the collector's walks, still freed by reference
 counting as usual, in O(1)) and, once every COLLECT_EVERY_S of the process's time, unfreezes and
 collects it all, so what is garbage only in reference cycles is reclaimed all the same, at most
@@ -24,7 +24,7 @@ _collected_s = time.monotonic()  # one timer for the process, however many shell
 
 
 def settle() -> None:
-    """After a cycle: freeze what outlived it; once a period, collect everything first."""
+    """Before a cycle: freeze what is tracked now; once a period, collect everything first."""
     global _collected_s
     now = time.monotonic()
     if now - _collected_s >= COLLECT_EVERY_S:

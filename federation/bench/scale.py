@@ -84,11 +84,10 @@ def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed:
     t0 = time.perf_counter()
     state = kept.sync(snap, None) if kept is not None else CycleState.build(snap)
     t_build = time.perf_counter() - t0
-    garbage.settle()  # as each shell does after a cycle (its O(1) freeze is outside the figures, as the shells' is outside the core's)
+    garbage.settle()  # as each shell does before a cycle (an O(1) freeze, outside the core's time there too)
     t0 = time.perf_counter()
     plan = schedule(snap, 0.0, state)
     t_cycle = time.perf_counter() - t0
-    garbage.settle()
     by_id = {j.id: j for j in pending}
     if kept is not None:
         kept.started(plan, by_id, 0.0)
@@ -113,11 +112,11 @@ def run(pending_jobs: int = 50_000, new_jobs: int = 100, rounds: int = 30, seed:
         snap = Snapshot(fed, snap.nodes, seen, subset, reservations=reservations, stopping=())
         if kept is not None:
             state = kept.sync(snap, state.strategy)
+        garbage.settle()
         p = schedule(snap, float(r + 1), state)
         if kept is not None:
             kept.started(p, waiting, float(r + 1))
         times.append(time.perf_counter() - t0)
-        garbage.settle()
         reservations = p.reservations
         for a in p.admissions:
             running += (RunningJob(waiting.pop(a.job_id), a.site, a.placements, float(r + 1)),)

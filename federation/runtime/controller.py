@@ -212,6 +212,7 @@ class Controller(SiteJobs):
         arrived = by_id.keys() - self.last_pending
         submitted = self._submitted(arrived, now)
         cloud = tuple(n for n in nodes if n.site in self.providers)
+        garbage.settle()  # the world just read (and all before it) out of the collector's walks while the cycle runs
         d = self.cycle.step(Observation(now, local, nodes, cloud, tuple(running), by_id, arrived, submitted, in_flight,
                                         tuple(self.failed), self.ledger.spend(self._month(now)), self._bought_for(), self.store.stopped_queues(),
                                         self.ledger.spend_by(self._month(now), "queue"), self._heads(), tuple(lost), tuple(stopping),
@@ -254,7 +255,6 @@ class Controller(SiteJobs):
             m.step(now, local, [n for n in nodes if n.site == site], [r for r in running if r.site == site], d.capacity_waiting,
                    d.mig_forecast.get(site) if d.mig_forecast is not None else None)
         self.cycle_seconds.observe(time.perf_counter() - began)
-        garbage.settle()
         if d.evict or overran:  # evicted gangs wait again, stopped ones freed their nodes: decide at once, as the simulator does
             self.tick()
 

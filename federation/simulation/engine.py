@@ -216,7 +216,6 @@ class Simulator(SimCloud):
                 getattr(self, f"_on_{kind}")(t, *payload)
             self._cycle(t)
             self._mig_step(t)
-            garbage.settle()
             if self.opt.progress and self.finished != done:  # counted as jobs finish: a scan here was 2x the run
                 done = self.finished
                 self.opt.progress(t, done, total)
@@ -499,6 +498,7 @@ class Simulator(SimCloud):
                           heads=frozenset(self.heads), lost=tuple(self.running[j] for j in sorted(self.flagged["lost"])),
                           stopping=tuple(self.running[j] for j in sorted(self.flagged["stopping"])), unreachable=dict(self.unreachable))
         self.arrived, self.submitted, self.failed = set(), [], []
+        garbage.settle()  # the world out of the collector's walks while the cycle runs (federation.garbage)
         d = self.cycle.step(obs)
         for rid, why in d.cancel:
             f = self.in_flight[rid]
