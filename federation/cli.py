@@ -488,7 +488,7 @@ def bench_scale(
     live: Annotated[bool, typer.Option("--live", help="Run the cycles as the live controller does: it hands over the running jobs each cycle, and its kept state is brought up to date from them.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """The scheduling core at scale: admissions per second and incremental cycle time."""
+    """The scheduling core at scale: admissions per second, incremental cycle time, and a full cycle over every waiting job."""
     from federation.bench.scale import run
 
     result = run(pending_jobs=jobs, nodes=nodes, rounds=rounds, seed=seed, live=live, log=lambda m: err.print(m))

@@ -157,7 +157,8 @@ def test_bench_scale_runs_as_a_user_runs_it_and_admits_into_a_full_federation():
     out = json.loads(r.stdout)
     assert 0 < out["admitted"] < 3000 and out["running"] >= out["admitted"]
     assert out["waiting"] + out["running"] == 3000 + 3 * 100  # every job is either waiting or running
-    assert "full cycle:" in r.stderr and "incremental cycle" in r.stderr
+    assert "full cycle:" in r.stderr and "incremental cycle" in r.stderr and "full cycle again over all" in r.stderr
+    assert out["full_again_s"] > 0
     for bad in (("--rounds", "0"), ("--nodes", "-5"), ("--jobs", "0")):  # a usage error naming the option, not a traceback
         r = fedctl("bench", "scale", *bad)
         assert r.returncode == 2 and bad[0] in r.stderr and "internal error" not in r.stderr, r.stderr
