@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from types import SimpleNamespace
 
 from federation import garbage
 
@@ -16,7 +17,7 @@ class _Node:
 
 def test_cyclic_garbage_frozen_before_a_cycle_is_collected_once_the_period_is_over(monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr(garbage.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(garbage, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     monkeypatch.setattr(garbage, "_collected_s", clock[0])
     try:
         obj = _Node()
