@@ -409,3 +409,34 @@ def test_the_live_controller_consolidates_moving_a_job_to_make_room_for_a_gang(e
     assert r1.status == "RUNNING" and r1.attempt == 1 and {p["node"] for p in r1.placements} == nodes["r0"]
     assert p0.status == "RUNNING" and {p["node"] for p in p0.placements} == nodes["r1"]
     assert site.jobs["r1-0"] == "STOPPED" and site.jobs["r1-1"] == "RUNNING"
+
+
+def test_a_ticks_admissions_are_stored_together_before_any_is_dispatched_and_dispatched_after_a_crash(env, tmp_path):
+    # 16 one-GPU jobs fit: their decisions go to the store in one transaction before the first
+    # dispatch (one commit each was ~2 s of a first tick admitting 8,570), and a crash after
+    # storing them, before dispatching, leaves them ADMITTED for the next start to dispatch
+    c, site, clock = env
+    for i in range(16):
+        submit(c, f"j{i:02d}", gpus=1)
+    stored_before_dispatch, commits = [], []
+    real_submit, real_update = site.submit, c.store.update
+    site.submit = lambda *a, **k: stored_before_dispatch.append(sum(r.status == "ADMITTED" for r in c.store.jobs({"ADMITTED"}))) or real_submit(*a, **k)
+    c.store.update = lambda job_id, **f: commits.append(job_id) or real_update(job_id, **f)
+    c.tick()
+    assert stored_before_dispatch[0] == 16 and len(site.jobs) == 16
+    assert len(commits) == 16  # one RUNNING write each; the 16 ADMITTED in one update_many (32 writes before)
+
+    site.submit = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt())  # the controller dies at its first dispatch
+    for i in range(16, 20):
+        submit(c, f"k{i}", gpus=1)
+    clock[0] += 1
+    for i in range(16):
+        site.jobs[f"j{i:02d}-0"] = "SUCCEEDED"
+    with pytest.raises(KeyboardInterrupt):
+        c.tick()
+    assert {r.id for r in c.store.jobs({"ADMITTED"})} == {f"k{i}" for i in range(16, 20)}
+    site.submit = real_submit
+    again = Controller(c.fed, Store(tmp_path / "s.db"), {"idc": site}, clock=lambda: clock[0])
+    again.tick()
+    assert {r.id: r.status for r in again.store.jobs({"ADMITTED", "RUNNING"})} == {f"k{i}": "RUNNING" for i in range(16, 20)}
+    assert {f"k{i}-0" for i in range(16, 20)} <= site.jobs.keys()
