@@ -41,10 +41,11 @@ class Preempting(Pipelining):
     def _try_preempt(self, job: JobSpec, sites: list[str]) -> bool:
         """Choose victims for `job` (or see that victims already stopping suffice)."""
         policy = self.policies.preemption
+        reclaimable = self._reclaimable(sites) if policy.reclaim else None
         search = None
-        if self._may_choose(job, sites):
+        if self._may_choose(job, reclaimable):
             within = self.quota.entitled(job.queue, job.start_request)
-            search = within, self._reclaimable(sites) if policy.reclaim and (within or policy.borrow_within_cohort_max_priority is not None) else None
+            search = within, reclaimable if within or policy.borrow_within_cohort_max_priority is not None else None
         world = FreedWorld(self, job)
         try:
             chosen = self._choose(job, sites, search, world)
@@ -67,13 +68,13 @@ class Preempting(Pipelining):
         self._hold_back(job)
         return True
 
-    def _may_choose(self, job: JobSpec, sites: list[str]) -> bool:
-        """Whether a victim search could choose any victim for `job`, or find gangs too young to
-        reclaim yet (when to look again). Not once the cycle's preemptions are spent, nor where
-        nothing runs that it could take: with many thousands waiting, most of a full cycle's
-        searches were of this kind (they found nothing, at ~60 us each)."""
+    def _may_choose(self, job: JobSpec, others: Reclaimable | None) -> bool:
+        """Whether a victim search could choose any victim for `job` (`others`: what reclaim may
+        take on its sites), or find gangs too young to reclaim yet (when to look again). Not once
+        the cycle's preemptions are spent, nor where nothing runs that it could take: with many
+        thousands waiting, most of a full cycle's searches were of this kind (they found nothing,
+        at ~60 us each)."""
         policy = self.policies.preemption
-        others = self._reclaimable(sites) if policy.reclaim else None
         if others is not None and others.started_after(self.now - policy.reclaim_min_runtime_s):
             return True
         if len(self.preemptions) >= policy.max_victims_per_cycle:
