@@ -3,7 +3,8 @@
 One cycle, in the manner of Kueue's scheduler:
   1. build   the cycle's state: free capacity per node, usage per queue (running jobs).
   2. order   pending jobs: within a queue by priority class then submit time; across queues,
-             jobs within their deserved share first, then borrowers by weighted DRF share.
+             jobs within their deserved share first, then borrowers by weighted DRF share
+             (`federation.ordering`).
   3. assign  each job in that order: capability, quota, then a gang placement on one site.
   4. preempt where a job within its share (reclaim) or of higher priority (inside its queue)
              cannot start: the fewest victims that make room; they get `grace_s` to stop,
@@ -19,7 +20,6 @@ Nothing is held for a gang that cannot start, so two gangs never deadlock holdin
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -42,6 +42,7 @@ from federation.model import (
     RunningJob,
     TaskPlacement,
 )
+from federation.ordering import Ordering
 from federation.placement import capacity_for, place_gang
 from federation.preempting import Preempting
 from federation.preemption import RunningIndex
@@ -128,7 +129,7 @@ def schedule(snapshot: Snapshot, now: float, state: CycleState | None = None) ->
     return _Cycle(snapshot, now, state or CycleState.build(snapshot)).run()
 
 
-class _Cycle(Preempting):
+class _Cycle(Preempting, Ordering):
     def __init__(self, snap: Snapshot, now: float, state: CycleState):
         self.snap, self.now = snap, now
         fed = snap.federation
@@ -154,7 +155,6 @@ class _Cycle(Preempting):
         self.failed: dict[tuple, PendingReason] = {}  # (queue, priority, shape) -> reason once preemption failed too
         self.empty_fit: dict[tuple, int] = {}  # (site, node group, task shape) -> tasks an empty node takes
         self.holds = Holds(self.quota, self.cluster, snap.upcoming_reserves)
-        self.keys: dict[tuple[str, Resources], tuple[int, bool, tuple]] = {}  # (queue, request) -> (its top queue's version, borrows?, fair-share key)
         self.sites_of: dict[tuple, list[str]] = {}  # (queue, task shape) -> the sites that may hold it, in order (a list no one changes)
         self.wake_at: float | None = None
         # nodes being emptied for a gang by consolidation, until it starts or the hold lapses
@@ -308,57 +308,6 @@ class _Cycle(Preempting):
                 self.victims.add(victim.spec.id)
                 self.preemptions.append(Preemption(victim.spec.id, "QuotaShrink"))
         return over
-
-    # 2. order -------------------------------------------------------------------------------
-
-    def _order(self, skip: set[str]):
-        """Yield pending jobs: queue heads by (borrows?, fair share, priority, submit)."""
-        by_queue: dict[str, list[JobSpec]] = {}
-        for j in self.snap.pending:
-            if j.id in skip:
-                continue
-            if j.queue not in self.quota.queues or not self.quota.is_leaf(j.queue):
-                self.pending[j.id] = PendingReason("UnknownQueue", f"queue {j.queue!r} is not a leaf queue of this federation", j.request())
-                continue
-            if j.not_before_s is not None and j.not_before_s > self.now:
-                self.pending[j.id] = PendingReason("RetryBackoff", f"its last run failed; it runs again in {j.not_before_s - self.now:.0f} s, after its back-off", j.request())
-                self.wake_at = min(self.wake_at or float("inf"), j.not_before_s)
-                continue
-            if self.snap.stopped and (by := self._stopped(j.queue)) is not None:
-                self.pending[j.id] = PendingReason("QueuePaused", f"queue {by!r} is {'drained' if self.snap.stopped[by] == 'drain' else 'paused'}", j.request())
-                continue
-            by_queue.setdefault(j.queue, []).append(j)
-        for jobs in by_queue.values():
-            jobs.sort(key=lambda j: (-j.priority, j.submit_s, j.id), reverse=True)  # pop() from the end
-        versions = self.quota.versions
-        top = {q: self.quota.top(q) for q in by_queue}
-        heap = [(self._key(jobs[-1]), q, versions[top[q]]) for q, jobs in by_queue.items()]
-        heapq.heapify(heap)
-        while heap:
-            key, q, version = heapq.heappop(heap)
-            jobs = by_queue[q]
-            if not heap:  # the last queue with work: its own order is all that is left
-                while jobs:
-                    yield jobs.pop()
-                return
-            if version != versions[top[q]]:  # shares in its subtree moved since it was queued: it may no longer be first
-                fresh = self._key(jobs[-1])
-                if fresh > key and fresh > heap[0][0]:
-                    heapq.heappush(heap, (fresh, q, versions[top[q]]))
-                    continue
-            yield jobs.pop()
-            if jobs:
-                heapq.heappush(heap, (self._key(jobs[-1]), q, versions[top[q]]))
-
-    def _key(self, j: JobSpec) -> tuple:
-        # alike for the jobs of a queue asking the same, while its subtree's usage stands: kept
-        r = j.start_request
-        version = self.quota.versions[self.quota.top(j.queue)]
-        hit = self.keys.get((j.queue, r))
-        if hit is None or hit[0] != version:
-            borrows = self.quota.borrows(j.queue, r)
-            hit = self.keys[(j.queue, r)] = (version, borrows, self.quota.order_key(j.queue, r) if borrows else ())
-        return (hit[1], hit[2], -j.priority, j.submit_s, j.id)
 
     # 3. assign ------------------------------------------------------------------------------
 
