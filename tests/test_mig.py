@@ -197,6 +197,18 @@ def test_the_issues_mix_is_met_in_full_where_the_greedy_planner_met_half():
     assert all(sorted((i["profile"], i["start"]) for i in lay) == [("3g.40gb", 4), ("4g.40gb", 0)] for lay in r.layouts)
 
 
+def test_a_large_site_gets_no_slice_beyond_its_demand():
+    """512 unpartitioned GPUs and a demand they can meet in full: the fewest instances is the demand
+    itself (each met instance is one), so any more is a slice nobody asked for. The planner used to
+    stop at HiGHS's default 0.01% gap, which at this size let it keep one (563 for 562 wanted)."""
+    demand = {"1g.10gb": 53, "1g.10gb+me": 72, "1g.20gb": 185, "4g.40gb": 119, "7g.80gb": 133}
+    weights = {"1g.10gb": 1000.0, "1g.10gb+me": 100.0, "1g.20gb": 2.0, "4g.40gb": 1000.0, "7g.80gb": 2.0}
+    r = plan("A100-80GB", 512, demand, None, weights)
+    assert r.satisfied == demand and not r.unsatisfied
+    assert sum(len(lay) for lay in r.layouts) == sum(demand.values())
+    assert sum(1 for lay in r.layouts if not lay) == 512 - r.reconfigured_gpus
+
+
 def _key(t, chosen, cur, want, w) -> tuple:
     """The planner's order of merit: weighted demand met, fewest reconfigured, most whole, fewest instances."""
     import numpy as np

@@ -4,17 +4,18 @@ Every valid layout of one GPU model is enumerated once and cached (76 on an A30,
 8-slice GPUs) as rows of a matrix: instance counts per profile, and a bitmask of the (profile,
 start) instances it holds. Choosing a layout per GPU is then a small integer programme:
 
-- GPUs alike (the same current layout, the same busy instances, both locked or not) form a class;
-  a class may take any layout that contains its busy instances unmoved (a bitmask superset test),
-  and a locked class only its current one;
-- layouts with the same instance counts are the same to the objective, so each class keeps one
-  per count vector (128 on the 8-slice GPUs): its current layout if it has those counts, else the
-  one with the largest contiguous free block (three 1g instances at 0, 1 and 2 leave a 4g's room;
-  at 0, 1 and 5 they leave no room for a 3g), then the lowest;
-- x[class, layout] GPUs take each layout. Solved lexicographically with HiGHS (scipy's milp):
-  first the most weighted demand met (demand weighted per profile, by priority), then, keeping
-  that, the fewest GPUs reconfigured, then the most GPUs left whole (free for whole-GPU work),
-  then the fewest instances (a slice nobody asked for is free space lost).
+- unlocked GPUs with the same busy instances may take the same layouts (those that contain them
+  unmoved, a bitmask superset test); locked GPUs keep theirs;
+- layouts with the same instance counts are the same to the objective, so each count vector (128
+  on the 8-slice GPUs) has one representative per group: a GPU's own layout if it has those
+  counts (keeping it costs nothing), else the one with the largest contiguous free block (three
+  1g instances at 0, 1 and 2 leave a 4g's room; at 0, 1 and 5 they leave no room for a 3g), then
+  the lowest;
+- y[group, vector] GPUs take each vector, and u[group, vector] <= y of those that have it now
+  keep their layouts. Solved lexicographically with HiGHS (scipy's milp), each step to a zero gap
+  with the ones before it held: the most weighted demand met (demand weighted per profile, by
+  priority), the most GPUs kept as they are, the most left whole (free for whole-GPU work), the
+  fewest instances (a slice nobody asked for is free space lost).
 The result is optimal for that order; tests check it against brute force on small cases.
 """
 
@@ -129,14 +130,14 @@ def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[d
         for i in insts:
             if i.get("busy"):
                 bm |= 1 << bit[(i["profile"], int(i["start"]))]
-        busy_masks.append(np.uint64(bm))
+        busy_masks.append(bm)
     w = np.array([float((weights or {}).get(p, 1.0)) for p in t.profiles])
     want = np.array([demand.get(p, 0) for p in t.profiles], dtype=np.int64)
     met = not gpus or (t.counts[cur_idx].sum(axis=0) >= want).all()
     # the current layouts meet every demand: keeping them all is optimal (nothing is reconfigured,
     # and making a GPU whole would cost a reconfiguration); the MIG managers ask this most cycles
     chosen = list(cur_idx) if met else _solve_cached(gpu_model, tuple(int(x) for x in want), tuple(float(x) for x in w), tuple(cur_idx),
-                                                     tuple(int(b) for b in busy_masks), frozenset(locked))
+                                                     tuple(busy_masks), frozenset(locked))
     total = t.counts[chosen].sum(axis=0) if gpus else np.zeros(len(t.profiles), dtype=np.int64)
     satisfied = {p: int(min(total[i], want[i])) for i, p in enumerate(t.profiles) if want[i]}
     unsatisfied = {p: int(want[i] - satisfied[p]) for i, p in enumerate(t.profiles) if want[i] and want[i] > satisfied[p]}
@@ -145,78 +146,134 @@ def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[d
 
 
 @cache
-def _by_counts(gpu_model: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per layout, the index of its count vector among the distinct ones; and, per layout, its rank
-    as a representative of its count vector (largest free block first, then fewer instances, then
-    the table's order)."""
+def _by_counts(gpu_model: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct count vectors (vectors x profiles); per layout, the index of its vector; and,
+    per layout, its rank as a representative of its vector (largest free block first, then fewer
+    instances, then the table's order)."""
     t = table(gpu_model)
-    _, group = np.unique(t.counts, axis=0, return_inverse=True)
+    vectors, group = np.unique(t.counts, axis=0, return_inverse=True)
     rank = np.empty(len(t.layouts), dtype=np.int64)
     rank[np.lexsort((np.arange(len(t.layouts)), -t.free_block))] = np.arange(len(t.layouts))
-    return group.ravel(), rank
+    return vectors, group.ravel(), rank
+
+
+@lru_cache(maxsize=4096)
+def _choices(gpu_model: str, busy: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For a GPU whose busy instances are `busy` (a bitmask): the count vectors it may take, the
+    representative layout of each, and which vectors no other of them dominates. Any layout that
+    keeps the busy instances lies inside a maximal one that does too, so the dominated vectors
+    never meet more demand than the maximal ones."""
+    t = table(gpu_model)
+    vectors, group, rank = _by_counts(gpu_model)
+    ok = np.flatnonzero((t.masks & np.uint64(busy)) == np.uint64(busy))
+    ok = ok[np.argsort(rank[ok], kind="stable")]
+    vecs, first = np.unique(group[ok], return_index=True)
+    c = vectors[vecs]
+    dominated = ((c[None, :, :] >= c[:, None, :]).all(axis=2) & (c[None, :, :] != c[:, None, :]).any(axis=2)).any(axis=1)
+    return vecs, ok[first], ~dominated
 
 
 @lru_cache(maxsize=512)
 def _solve_cached(gpu_model: str, want: tuple, w: tuple, cur_idx: tuple, busy: tuple, locked: frozenset) -> list[int]:
     """`_solve` for hashable inputs: a MIG manager asks the same question cycle after cycle."""
-    return list(_solve(table(gpu_model), np.array(want), np.array(w), list(cur_idx), [np.uint64(b) for b in busy], locked))
+    return _solve(gpu_model, np.array(want), np.array(w), list(cur_idx), list(busy), locked)
 
 
-def _solve(t: LayoutTable, want: np.ndarray, w: np.ndarray, cur_idx: list[int], busy_masks: list, locked: frozenset[int]) -> list[int]:
-    """The layout index per GPU, optimal for (weighted demand met, fewest reconfigured, most whole)."""
+def _solve(gpu_model: str, want: np.ndarray, w: np.ndarray, cur_idx: list[int], busy: list[int], locked: frozenset[int]) -> list[int]:
+    """The layout index per GPU, optimal for (weighted demand met, fewest reconfigured, most whole,
+    fewest instances), each solved to a zero gap with the ones before it held.
+
+    Unlocked GPUs that may take the same count vectors (by their busy instances) form one group,
+    and the variables are y[group, vector] (GPUs of the group taking a count vector) and, where
+    some of the group's GPUs have that vector now, u[group, vector] <= y, kept (GPUs that keep
+    their layout): a few thousand columns where one per GPU class and vector made 15,000 and
+    HiGHS's presolve spent seconds on them. Locked GPUs keep their layouts and only add counts."""
     from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import csr_array, hstack, identity
+    from scipy.sparse import coo_array, vstack
 
-    group, rank = _by_counts(t.spec.gpu)
-    classes: dict[tuple, list[int]] = {}
-    for g, (cur, busy) in enumerate(zip(cur_idx, busy_masks, strict=True)):
-        classes.setdefault((cur, int(busy), g in locked), []).append(g)
-    empty = next(i for i, lay in enumerate(t.layouts) if not lay)
-    cols: list[tuple[int, int]] = []  # (class number, layout index)
-    for k, (cur, busy, is_locked) in enumerate(classes):
-        if is_locked:
-            cols.append((k, cur))
-            continue
-        ok = np.flatnonzero((t.masks & np.uint64(busy)) == np.uint64(busy))
-        best: dict[int, int] = {}
-        for li in ok[np.argsort(rank[ok])]:  # the first of each count vector is its representative...
-            best.setdefault(int(group[li]), int(li))
-        if int(group[cur]) in best:  # ...unless the current layout has those counts: keeping it costs nothing
-            best[int(group[cur])] = cur
-        cols += [(k, li) for li in best.values()]
-    sizes = [len(gs) for gs in classes.values()]
-    n, p = len(cols), len(t.profiles)
-    counts = np.array([t.counts[li] for _, li in cols], dtype=float)  # n x p
-    keys = list(classes)
-    changed = np.array([li != keys[k][0] for k, li in cols], dtype=float)
-    whole = np.array([li == empty for _, li in cols], dtype=float)
-    instances = np.array([len(t.layouts[li]) for _, li in cols], dtype=float)
-    # variables: x (n, integer GPUs per column), then s (p, demand met per profile)
-    met = LinearConstraint(hstack([csr_array(-counts.T), identity(p, format="csr")]), -np.inf, 0)  # s_p <= instances of p planned
-    member = csr_array((np.ones(n), ([k for k, _ in cols], np.arange(n))), shape=(len(keys), n + p))
-    each = LinearConstraint(member, sizes, sizes)  # every GPU takes exactly one layout
-    bounds = Bounds(np.zeros(n + p), np.concatenate([np.array([sizes[k] for k, _ in cols], dtype=float), want.astype(float)]))
-    integral = np.concatenate([np.ones(n), np.zeros(p)])
+    t = table(gpu_model)
+    vectors, group_of, _ = _by_counts(gpu_model)
+    p = len(t.profiles)
+    fixed = t.counts[[c for g, c in enumerate(cur_idx) if g in locked]].sum(axis=0)
+    groups: dict[bytes, list[int]] = {}
+    for g, b in enumerate(busy):
+        if g not in locked:
+            groups.setdefault(_choices(gpu_model, b)[0].tobytes(), []).append(g)
+    ycols: list[tuple[int, int]] = []  # (group number, vector)
+    ucols: list[tuple[int, int, int]] = []  # (group number, vector, GPUs of the group that have it now)
+    maximal: list[bool] = []
+    for k, gs in enumerate(groups.values()):
+        vecs, _, top = _choices(gpu_model, busy[gs[0]])
+        ycols += [(k, int(v)) for v in vecs]
+        maximal += list(top)
+        have: dict[int, int] = {}
+        for g in gs:
+            have[int(group_of[cur_idx[g]])] = have.get(int(group_of[cur_idx[g]]), 0) + 1
+        ucols += [(k, v, n) for v, n in have.items()]
+    sizes = [len(gs) for gs in groups.values()]
+    ny, nu = len(ycols), len(ucols)
+    n = ny + nu + p  # variables: y, u, then s (demand met per profile)
+    yv = np.array([vectors[v] for _, v in ycols], dtype=float).reshape(ny, p)
 
-    def solve(cost: np.ndarray, extra: list) -> np.ndarray:
-        r = milp(cost, constraints=[met, each, *extra], bounds=bounds, integrality=integral)
+    def rows(entries: list[tuple[int, int, float]], m: int):
+        r, c, x = zip(*entries, strict=True) if entries else ((), (), ())
+        return coo_array((x, (r, c)), shape=(m, n))
+
+    yindex = {(k, v): j for j, (k, v) in enumerate(ycols)}
+    matrix = vstack([
+        # s_p - the p instances the y columns plan <= what the locked GPUs hold of p
+        rows([(q, j, -yv[j, q]) for j in range(ny) for q in range(p) if yv[j, q]] + [(q, ny + nu + q, 1.0) for q in range(p)], p),
+        rows([(k, j, 1.0) for j, (k, _) in enumerate(ycols)], len(sizes)),  # every GPU takes one layout
+        rows([e for i, (k, v, _) in enumerate(ucols) for e in ((i, ny + i, 1.0), (i, yindex[(k, v)], -1.0))], nu),  # u <= y
+    ]).tocsc()
+    lower = np.concatenate([np.full(p, -np.inf), sizes, np.full(nu, -np.inf)])
+    upper_row = np.concatenate([fixed.astype(float), sizes, np.zeros(nu)])
+    upper = np.concatenate([[float(sizes[k]) for k, _ in ycols], [float(c) for _, _, c in ucols], want.astype(float)])
+    integral = np.concatenate([np.ones(ny + nu), np.zeros(p)])
+    held: list[tuple[np.ndarray, float]] = []  # (objective, at least) of the phases solved
+
+    def solve(cost: np.ndarray, cols: np.ndarray, presolve: bool = False) -> np.ndarray:
+        """Minimise `cost` over the columns `cols` (the others held at 0), the phases before held.
+        HiGHS's presolve pays for itself on the demand step only (measured on benchmarks/mig_plan.py)."""
+        constraints = [LinearConstraint(matrix[:, cols], lower, upper_row)] + [LinearConstraint(o[cols], least, np.inf) for o, least in held]
+        r = milp(cost[cols], constraints=constraints, bounds=Bounds(0, upper[cols]), integrality=integral[cols], options={"mip_rel_gap": 0.0, "presolve": presolve})
         if r.x is None:
             raise PlanError(f"the MIG planner found no plan ({r.message})")
-        return r.x
+        x = np.zeros(n)
+        x[cols] = r.x
+        return x
 
-    value = np.concatenate([np.zeros(n), w])
-    x = solve(-value, [])
-    best_value = float(value @ x)
-    keep = LinearConstraint(value, best_value - 1e-6 * max(1.0, abs(best_value)), np.inf)
-    # fewest reconfigured, then most GPUs whole, then fewest instances (unneeded slices stay free
-    # space): each weight outweighs the most the terms after it can sum to
-    g = len(cur_idx)
-    per_whole = t.spec.memory_slices * g + 1
-    cost = changed * (g + 1) * per_whole - whole * per_whole + instances
-    x = solve(np.concatenate([cost, np.zeros(p)]), [keep])
+    s_cols, u_cols = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    s_cols[ny + nu:], u_cols[ny:ny + nu] = True, True
+    top = np.concatenate([np.array(maximal, dtype=bool), np.zeros(nu + p, dtype=bool)])
+    zero = np.concatenate([np.array([not vectors[v].any() for _, v in ycols], dtype=bool), np.zeros(nu + p, dtype=bool)])
+    has = {(k, v) for k, v, _ in ucols}
+    now = np.concatenate([np.array([(k, v) in has for k, v in ycols], dtype=bool), np.zeros(nu + p, dtype=bool)])
+    value = np.concatenate([np.zeros(ny + nu), w])
+    # 1. the most demand met: a GPU's dominated vectors never meet more than its maximal ones
+    best = float(value @ solve(-value, top | s_cols, presolve=True))
+    positive = w[(want > 0) & (w > 0)]
+    held.append((value, best - (min(1e-6 * max(1.0, abs(best)), 0.5 * float(positive.min())) if positive.size else 1e-6)))
+    # 2. the most GPUs that keep their layout, 3. then the most left whole: a GPU that changes
+    # needs only a maximal vector or none (a dominated one meets no more and is not whole)
+    for objective in (u_cols.astype(float), zero.astype(float)):
+        x = solve(-objective, top | zero | now | u_cols | s_cols)
+        held.append((objective, round(float(objective @ x)) - 0.5))
+    # 4. the fewest instances: here a smaller vector may be what a GPU should take
+    x = solve(np.concatenate([yv.sum(axis=1), np.zeros(nu + p)]), np.ones(n, dtype=bool))
     chosen = list(cur_idx)
-    left = {k: list(gs) for k, gs in enumerate(classes.values())}
-    for j, (k, li) in enumerate(cols):
-        for _ in range(round(x[j])):
-            chosen[left[k].pop(0)] = li
+    for k, gs in enumerate(groups.values()):
+        take = {v: round(x[j]) for j, (kk, v) in enumerate(ycols) if kk == k and round(x[j])}
+        moved = []
+        for g in gs:  # a GPU keeps its layout while its vector is wanted, in GPU order
+            v = int(group_of[cur_idx[g]])
+            if take.get(v, 0) > 0:
+                take[v] -= 1
+            else:
+                moved.append(g)
+        for v, m in take.items():
+            for g in moved[:m]:  # the representative that keeps this GPU's busy instances
+                vecs, reps, _ = _choices(gpu_model, busy[g])
+                chosen[g] = int(reps[np.searchsorted(vecs, v)])
+            moved = moved[m:]
     return chosen
