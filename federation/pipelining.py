@@ -140,7 +140,7 @@ class Pipelining:
                 else:
                     # a preemptor goes where its own victims free, not where others' do (as it is admitted)
                     blocked = self._blocked_for(other) | (self._freed_for_others(other) if other.id in self.freeing else frozenset())
-                    placed = next((p for site in self._sites_for(other) if site not in self.snap.unreachable
+                    placed = next((p for site in self._reachable_for(other)
                                    if (p := place_gang(self.cluster, other, site, self.strategy, self.policies.placement.gang_topology,
                                                        blocked)) is not None), None)
                 if placed is not None:  # else it no longer fits: it weighs again when its turn comes
@@ -161,7 +161,7 @@ class Pipelining:
         `job` pass quota and place with what is being freed (`_freed_suffices`)? Each such job asked
         it by putting its own world on and taking it off again: a cycle grew with the pipelined jobs
         times the jobs stopping."""
-        sites = [s for s in self._sites_for(job) if s not in self.snap.unreachable]
+        sites = self._reachable_for(job)
         self.freed_fits[key] = (job.id, tuple(sites), self._place_within_quota(job, sites))
 
     def _place_within_quota(self, job: JobSpec, sites: list[str]) -> tuple[str, list[TaskPlacement]] | None:

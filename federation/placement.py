@@ -52,14 +52,18 @@ def capacity_for(cluster: ClusterState, site: str, job: JobSpec, blocked: frozen
     and shape while the site's nodes do not change: in a full cycle whose preemptions are spent,
     thousands of waiting jobs of a few shapes ask it of a site that no longer changes."""
     if blocked:
-        return min(job.tasks, sum(k * n for _, n, k in _groups(cluster, site, job, blocked)))
+        return _count(cluster, site, job, blocked)
     key, changes = (site, job.shape_key), cluster.site_changes.get(site, 0)
     hit = cluster.capacity_cache.get(key)
     if hit is None or hit[0] != changes:
         if len(cluster.capacity_cache) > 100_000:  # bound it over long simulations
             cluster.capacity_cache.clear()
-        hit = cluster.capacity_cache[key] = (changes, min(job.tasks, sum(k * n for _, n, k in _groups(cluster, site, job, blocked))))
+        hit = cluster.capacity_cache[key] = (changes, _count(cluster, site, job, blocked))
     return hit[1]
+
+
+def _count(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[str]) -> int:
+    return min(job.tasks, sum(k * n for _, n, k in _groups(cluster, site, job, blocked)))
 
 
 def place_gang(

@@ -316,8 +316,7 @@ class _Cycle(Preempting, Ordering):
         if not sites:
             self.pending[job.id] = PendingReason("NoFeasibleNode", "no node type at the queue's sites can ever hold one task of this job", job.per_task)
             return
-        # the quota decides on every site; nothing is placed (or preempted) where a site does not answer
-        reachable = [s for s in sites if s not in self.snap.unreachable] if self.snap.unreachable else sites
+        reachable = self._reachable_for(job)  # the quota decides on every site; places only these
         need = job.start_request
         if self.preemptor_priority.get(job.queue, job.priority) > job.priority:
             self.pending[job.id] = PendingReason("BehindPreemptor", "a higher-priority job of its queue waits for the jobs it preempted to stop", need)
@@ -455,6 +454,11 @@ class _Cycle(Preempting, Ordering):
             feasible = feasible_sites(self.snap.federation, job)
             hit = self.sites_of[key] = [s for s in self.site_order if s in feasible and (allowed is None or s in allowed)]
         return hit
+
+    def _reachable_for(self, job: JobSpec) -> list[str]:
+        """The job's sites that answer now: nothing is placed (or preempted) where a site does not."""
+        sites = self._sites_for(job)
+        return [s for s in sites if s not in self.snap.unreachable] if self.snap.unreachable else sites
 
     # 5. reserve and 6. explain --------------------------------------------------------------
 
