@@ -4,10 +4,10 @@ Every valid layout of one GPU model is enumerated once and cached (76 on an A30,
 8-slice GPUs) as rows of a matrix: instance counts per profile, and a bitmask of the (profile,
 start) instances it holds. Choosing a layout per GPU is then a small integer programme:
 
-- unlocked GPUs with the same busy instances may take the same layouts (those that contain them
-  unmoved, a bitmask superset test); locked GPUs keep theirs;
+- a GPU may take any layout that contains its busy instances unmoved (a bitmask superset test);
+  unlocked GPUs that may take the same count vectors form a group; locked GPUs keep their layouts;
 - layouts with the same instance counts are the same to the objective, so each count vector (128
-  on the 8-slice GPUs) has one representative per group: a GPU's own layout if it has those
+  on the 8-slice GPUs) has one representative per busy set: a GPU's own layout if it has those
   counts (keeping it costs nothing), else the one with the largest contiguous free block (three
   1g instances at 0, 1 and 2 leave a 4g's room; at 0, 1 and 5 they leave no room for a 3g), then
   the lowest;
