@@ -58,6 +58,10 @@ class ClusterState:
         # site -> free state -> its groups' signatures (one a rack): placement skips a free state
         # that does not fit the task once, not once a rack
         self.site_groups: dict[str, dict[int, dict[int, None]]] = {}
+        # site -> its free states in the order they (re)appeared in site_groups: what placement's
+        # index of the states that fit a shape (placement.fitting) reads to stay up to date
+        self.site_added: dict[str, list[int]] = {}
+        self.fitting: dict[tuple, tuple[list[int], int, dict[int, int]]] = {}  # (site, task shape) -> see placement.fitting
         self.site_free_milli: dict[str, int] = {}  # site -> free milli-GPU on its schedulable nodes (MIG instances aside), kept as nodes change
         self.fit_cache: dict[tuple, int] = {}  # (free state, task shape) -> tasks that fit; a pure function
         self.site_changes: dict[str, int] = {}  # site -> how many times its nodes were (re-)indexed: what is derived from them holds while it stands
@@ -104,7 +108,16 @@ class ClusterState:
         group = self.groups.get(st.sig)
         if group is None:
             self.groups[st.sig] = [st.node.name]
-            self.site_groups.setdefault(site, {}).setdefault(st.fit_key, {})[st.sig] = None
+            fits = self.site_groups.setdefault(site, {})
+            sigs = fits.get(st.fit_key)
+            if sigs is None:
+                sigs = fits[st.fit_key] = {}
+                added = self.site_added.setdefault(site, [])
+                if len(added) > 4 * len(fits) + 64:  # mostly states gone since: start again from those there are
+                    added = self.site_added[site] = list(fits)
+                else:
+                    added.append(st.fit_key)
+            sigs[st.sig] = None
         else:
             insort(group, st.node.name)
 

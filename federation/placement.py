@@ -26,18 +26,46 @@ def _fit(cluster: ClusterState, job: JobSpec, st: NodeState) -> int:
     return k
 
 
+def fitting(cluster: ClusterState, site: str, job: JobSpec) -> dict[int, int]:
+    """The site's free states that hold at least one task of `job`, with how many (a free state
+    gone from the site since may still be in it: skip what `site_groups` no longer has). Kept per
+    site and shape, and brought up to date from the states that appeared since: a shared-GPU
+    workload leaves hundreds of distinct free states, and a task fits a tenth of them."""
+    added = cluster.site_added.get(site, [])
+    key = (site, job.shape_key)
+    hit = cluster.fitting.get(key)
+    if hit is None or hit[0] is not added:  # the site's list was started again: so is this
+        hit = (added, 0, {})
+    _, seen, fits = hit
+    if seen < len(added):
+        groups, nodes, cache, shape, states = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key, cluster.site_groups.get(site, {})
+        for fit_key in added[seen:]:
+            sigs = states.get(fit_key)
+            if sigs is None or fit_key in fits:
+                continue
+            k = cache.get((fit_key, shape))
+            if k is None:
+                k = _fit(cluster, job, nodes[groups[next(iter(sigs))][0]])
+            if k:
+                fits[fit_key] = k
+        hit = (added, len(added), fits)
+    if hit is not cluster.fitting.get(key):
+        if len(cluster.fitting) > 100_000:  # bound it over long simulations
+            cluster.fitting.clear()
+        cluster.fitting[key] = hit
+    return fits
+
+
 def _groups(cluster: ClusterState, site: str, job: JobSpec, blocked: frozenset[str]) -> list[tuple[NodeState, int, int]]:
     """(representative, usable members, tasks one member fits) per free-state group of the site."""
     out: list[tuple[NodeState, int, int]] = []
     if job.mig_profile is None and job.per_task.gpu_milli > cluster.site_free_milli.get(site, 0):
         return out  # not one task's GPUs free on the whole site: no group need be looked at
-    # the hottest loop of a full cycle: the groups walked and the fit cache read inline
-    groups, nodes, cache, shape = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key
-    for fit_key, sigs in cluster.site_groups.get(site, {}).items():
-        k = cache.get((fit_key, shape))
-        if k is None:
-            k = _fit(cluster, job, nodes[groups[next(iter(sigs))][0]])
-        if k == 0:
+    # the hottest loop of a full cycle: the groups walked inline
+    groups, nodes, states = cluster.groups, cluster.nodes, cluster.site_groups.get(site, {})
+    for fit_key, k in fitting(cluster, site, job).items():
+        sigs = states.get(fit_key)
+        if sigs is None:
             continue
         for sig in sigs:
             names = groups[sig]
@@ -109,13 +137,11 @@ def _greedy(cluster: ClusterState, job: JobSpec, want: int, strategy: Strategy, 
         best = None
         # alike free states in other racks score alike: score the first node by name, once
         first: list[tuple[str, int]] = []  # per free state that fits: (its first usable node by name, tasks it takes)
-        groups, nodes, cache, shape = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key
+        groups, nodes, states = cluster.groups, cluster.nodes, cluster.site_groups.get(site, {})
         skip = (blocked | used) if one_each else blocked
-        for fit_key, sigs in cluster.site_groups.get(site, {}).items():
-            k = cache.get((fit_key, shape))
-            if k is None:
-                k = _fit(cluster, job, nodes[groups[next(iter(sigs))][0]])
-            if k == 0:
+        for fit_key, k in fitting(cluster, site, job).items():
+            sigs = states.get(fit_key)
+            if sigs is None:
                 continue
             have = None
             for sig in sigs:

@@ -272,9 +272,10 @@ class FragmentationAware(Strategy):
         free = list(st.gpu_free)
         fits = []
         for _ in range(k):
-            best = None
+            best, tried = None, set()
             for i, f in enumerate(free):
-                if f >= m:
+                if f >= m and f not in tried:  # GPUs as free as one tried leave the same node: the first stands for them
+                    tried.add(f)
                     trial = free.copy()
                     trial[i] -= m
                     v = self.fragmentation(tuple(sorted(trial)), st.cpu_free, st.mem_free, st.node.gpu_model)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from federation.cluster import ClusterState
 from federation.model import Node, Resources, TaskPlacement
-from federation.placement import place_gang
+from federation.placement import fitting, place_gang
 from policies.placement import FragmentationAware, Shape, gpu_fragment, make_strategy
 
 from .builders import job
@@ -166,6 +166,39 @@ def test_a_kept_state_places_as_one_built_afresh_and_keeps_its_counts_exact():
                 running[spec.id] = (spec, placed)
         scan = {s: sum(st.free_gpu_milli for st in kept.nodes.values() if st.node.site == s) for s in ("idc", "edge")}
         assert {s: free_gpu_milli(kept, frozenset({s}), mig=False) for s in scan} == scan
+
+
+def test_the_index_of_free_states_that_fit_a_shape_stays_exact_as_nodes_change():
+    """Placement walks only the free states that fit a task's shape (`fitting`, kept per site and
+    shape and brought up to date from the states that appeared since). Through random placements,
+    releases and dry-run shifts undone, and past the points where a site's list of states is
+    started again, it holds exactly the states a full scan finds, with the same task counts."""
+    import random
+
+    from federation.cluster import tasks_that_fit
+
+    rng = random.Random(11)
+    ns = [Node(f"n{i:02d}", "idc", "g", "A100-80GB", 8, 64_000, 512 * 1024, rack=f"r{i % 2}") for i in range(10)]
+    c = ClusterState(ns)
+    shapes = [job(f"s{g}-{t}", "a", gpus=g, cpu=cpu, tasks=t) for g, t, cpu in ((0.3, 1, 1), (0.5, 1, 0), (1, 1, 8), (2, 2, 0), (4, 1, 0), (8, 1, 0), (0, 1, 16))]
+    running, lists = [], set()
+    for step in range(600):
+        if running and rng.random() < 0.45:
+            spec, placed = running.pop(rng.randrange(len(running)))
+            c.apply(spec, placed, -1)
+        else:
+            spec = job(f"j{step}", "a", gpus=rng.choice([0.25, 0.3, 0.5, 0.7, 1, 2]), cpu=rng.choice([0, 2, 6]))
+            placed = place_gang(c, spec, "idc", make_strategy("bestfit"))
+            if placed is not None:
+                running.append((spec, placed))
+        if running and step % 7 == 0:  # a dry run: victims off, then back
+            c.restore(c.shift([(s, p, -1) for s, p in running[:3]]))
+        lists.add(id(c.site_added["idc"]))
+        states = c.site_groups["idc"]
+        for shape in shapes:
+            want = {fk: k for fk, sigs in states.items() if (k := tasks_that_fit(shape, c.nodes[c.groups[next(iter(sigs))][0]], shape.tasks))}
+            assert {fk: k for fk, k in fitting(c, "idc", shape).items() if fk in states} == want, (step, shape.id)
+    assert len(lists) > 1  # the site's list of states was started again at least once
 
 
 def test_a_gpu_task_follows_fgds_rule_and_a_cpu_only_one_goes_where_the_fewest_gpus_are_free():
