@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 
 from federation.cluster import GPU, Fit, NodeState
 from federation.model import JobSpec
@@ -102,20 +104,19 @@ class MixTally:
 class FreeGpus:
     """A node's free milli-GPU per GPU with what every shape's fragment is made of, computed once."""
 
-    __slots__ = ("free", "total", "whole", "partial", "_below")
+    __slots__ = ("free", "total", "whole", "partial", "_prefix")
 
     def __init__(self, free: Iterable[int]):
-        self.free = tuple(free)
+        self.free = tuple(sorted(free))
         self.total = sum(self.free)
         self.whole = self.free.count(GPU)
         self.partial = self.total - self.whole * GPU
-        self._below: dict[int, int] = {}
+        self._prefix = list(accumulate(self.free))
 
     def below(self, milli: int) -> int:
-        b = self._below.get(milli)
-        if b is None:
-            b = self._below[milli] = sum(f for f in self.free if f < milli)
-        return b
+        """Free milli-GPU on the GPUs with less than `milli` free (the sorted shares' prefix sum)."""
+        i = bisect_left(self.free, milli)
+        return self._prefix[i - 1] if i else 0
 
     def fragment(self, cpu_free: int, mem_free: int, shape: Shape, model: str | None = None) -> int:
         """Free milli-GPU a task of `shape` could not use on this node of GPU `model` (FGD, 3.2)."""
