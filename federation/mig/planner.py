@@ -38,6 +38,8 @@ class LayoutTable:
     counts: np.ndarray  # layouts x profiles
     masks: np.ndarray  # layouts, uint64
     free_block: np.ndarray  # layouts: the longest run of free memory slices
+    bit: dict[tuple[str, int], int]  # instance -> its bit
+    index: dict[tuple[tuple[str, int], ...], int]  # layout (instances in bit order) -> its row: a MIG manager reads its GPUs' layouts every cycle
 
 
 @cache
@@ -80,7 +82,7 @@ def table(gpu_model: str) -> LayoutTable:
             run = 0 if u else run + 1
             best = max(best, run)
         free_block[li] = best
-    return LayoutTable(spec, profiles, instances, layouts, counts, masks, free_block)
+    return LayoutTable(spec, profiles, instances, layouts, counts, masks, free_block, bit, {lay: i for i, lay in enumerate(layouts)})
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,7 @@ def plan(gpu_model: str, gpus: int, demand: dict[str, int], current: list[list[d
     if len(current) > gpus:
         raise PlanError(f"--current describes {len(current)} GPUs, more than --gpus {gpus}")
     current += [[] for _ in range(gpus - len(current))]
-    bit = {inst: i for i, inst in enumerate(t.instances)}
-    layout_index = {lay: i for i, lay in enumerate(t.layouts)}
+    bit, layout_index = t.bit, t.index
     cur_idx, busy_masks = [], []
     for g, insts in enumerate(current):
         key = [(i["profile"], int(i["start"])) for i in insts]
