@@ -139,10 +139,11 @@ class MigManager:
                 continue
             profiles = CATALOG[g.gpu_model].profiles
             current, locked, busy_count = [], set(), Counter()
+            layouts = {n.name: gpu_layouts(n) for n in group_nodes}
             for k, (n, i) in enumerate(gpus):
                 # a GPU being re-sliced counts with what it will hold: else each arrival in the
                 # meantime would slice one more GPU
-                lay = self.in_flight.get((n.name, i), ()) if i in n.reconfiguring else gpu_layouts(n).get(i, ())
+                lay = self.in_flight.get((n.name, i), ()) if i in n.reconfiguring else layouts[n.name].get(i, ())
                 busy = busy_inst.get(n.name, set())
                 current.append([{"profile": p, "start": s, "busy": (i, p, s) in busy} for p, s in lay])
                 busy_count.update(p for p, s in lay if (i, p, s) in busy)
@@ -156,7 +157,11 @@ class MigManager:
             hard = (busy_count + waiting_here) | targets.get(g.name, Counter()) | predicted
             soft = Counter({p: c for p, c in self.warm.items() if p in profiles})
             demand = (busy_count + waiting_here + soft) | hard
-            weights = {p: float(max([j.priority for j in waiting if j.mig_profile == p and self._mine(j, g)], default=1)) for p in demand}
+            top: dict[str, int] = {}  # the highest priority waiting for each profile here
+            for j in waiting:
+                if j.mig_profile in demand and self._mine(j, g):
+                    top[j.mig_profile] = max(top.get(j.mig_profile, j.priority), j.priority)
+            weights = {p: float(top.get(p, 1)) for p in demand}
             # GPUs already sliced first; whole ones only for what they cannot hold, since a
             # whole GPU someone else can use is worth keeping (and one 1g instance ends that)
             whole = {k for k, c in enumerate(current) if not c}
