@@ -50,7 +50,7 @@ def fitting(cluster: ClusterState, site: str, job: JobSpec) -> dict[int, int]:
                 fits[fit_key] = k
         hit = (added, len(added), fits)
     if hit is not cluster.fitting.get(key):
-        if len(cluster.fitting) > 100_000:  # bound it over long simulations
+        if len(cluster.fitting) > 20_000:  # bound it over long simulations (each holds up to a site's free states)
             cluster.fitting.clear()
         cluster.fitting[key] = hit
     return fits
