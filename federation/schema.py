@@ -16,7 +16,7 @@ Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)  # "INF" or "nan" as a string is a float to pydantic otherwise
 
 
 class ResourceMap(Strict):

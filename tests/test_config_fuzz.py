@@ -80,3 +80,17 @@ def test_mutations_of_the_example_load_or_raise_config_error(path, how, value):
 @given(st.integers(0, len(EXAMPLE) - 1), st.sampled_from(["[", "]", "{", ":", "\t", "- ", "'", "&a", "*b", "!!python/object:os.system"]))
 def test_broken_syntax_in_the_example_loads_or_raises_config_error(pos, junk):
     loads_or_config_error(EXAMPLE[:pos] + junk + EXAMPLE[pos:])
+
+
+def test_a_non_finite_number_written_as_a_string_is_refused_naming_the_field():
+    """YAML reads "INF" and "nan" as strings, which pydantic took for floats: a capability of
+    "INF" GPUs was an internal error (found by the fuzz test above, 2026-12-07)."""
+    import copy
+
+    import pytest
+
+    for value in ("INF", "nan", "-Infinity"):
+        data = copy.deepcopy(EXAMPLE_DATA)
+        data["queues"][0].setdefault("capability", {})["gpu"] = value
+        with pytest.raises(ConfigError, match=r"queues\.0\.capability\.gpu: Input should be a finite number"):
+            parse(yaml.safe_dump(data), "fuzz.yaml")
