@@ -33,23 +33,17 @@ def fitting(cluster: ClusterState, site: str, job: JobSpec) -> dict[int, int]:
     workload leaves hundreds of distinct free states, and a task fits a tenth of them."""
     added = cluster.site_added.get(site, [])
     key = (site, job.shape_key)
-    hit = cluster.fitting.get(key)
-    if hit is None or hit[0] is not added:  # the site's list was started again: so is this
-        hit = (added, 0, {})
+    stored = cluster.fitting.get(key)
+    hit = stored if stored is not None and stored[0] is added else (added, 0, {})  # else the site's list was started again: so is this
     _, seen, fits = hit
     if seen < len(added):
-        groups, nodes, cache, shape, states = cluster.groups, cluster.nodes, cluster.fit_cache, job.shape_key, cluster.site_groups.get(site, {})
+        groups, nodes, states = cluster.groups, cluster.nodes, cluster.site_groups.get(site, {})
         for fit_key in added[seen:]:
             sigs = states.get(fit_key)
-            if sigs is None or fit_key in fits:
-                continue
-            k = cache.get((fit_key, shape))
-            if k is None:
-                k = _fit(cluster, job, nodes[groups[next(iter(sigs))][0]])
-            if k:
+            if sigs is not None and fit_key not in fits and (k := _fit(cluster, job, nodes[groups[next(iter(sigs))][0]])):
                 fits[fit_key] = k
         hit = (added, len(added), fits)
-    if hit is not cluster.fitting.get(key):
+    if hit is not stored:
         if len(cluster.fitting) > 20_000:  # bound it over long simulations (each holds up to a site's free states)
             cluster.fitting.clear()
         cluster.fitting[key] = hit

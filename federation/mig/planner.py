@@ -21,6 +21,7 @@ The result is optimal for that order; tests check it against brute force on smal
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -207,9 +208,7 @@ def _solve(gpu_model: str, want: np.ndarray, w: np.ndarray, cur_idx: list[int], 
         vecs, _, top = _choices(gpu_model, busy[gs[0]])
         ycols += [(k, int(v)) for v in vecs]
         maximal += list(top)
-        have: dict[int, int] = {}
-        for g in gs:
-            have[int(group_of[cur_idx[g]])] = have.get(int(group_of[cur_idx[g]]), 0) + 1
+        have = Counter(int(group_of[cur_idx[g]]) for g in gs)
         ucols += [(k, v, n) for v, n in have.items()]
     sizes = [len(gs) for gs in groups.values()]
     ny, nu = len(ycols), len(ucols)
@@ -262,9 +261,12 @@ def _solve(gpu_model: str, want: np.ndarray, w: np.ndarray, cur_idx: list[int], 
         held.append((objective, round(float(objective @ x)) - 0.5))
     # 4. the fewest instances: here a smaller vector may be what a GPU should take
     x = solve(np.concatenate([yv.sum(axis=1), np.zeros(nu + p)]), np.ones(n, dtype=bool))
+    takes: list[dict[int, int]] = [{} for _ in groups]  # per group: GPUs planned per vector
+    for j, (k, v) in enumerate(ycols):
+        if m := round(x[j]):
+            takes[k][v] = m
     chosen = list(cur_idx)
-    for k, gs in enumerate(groups.values()):
-        take = {v: round(x[j]) for j, (kk, v) in enumerate(ycols) if kk == k and round(x[j])}
+    for take, gs in zip(takes, groups.values(), strict=True):
         moved = []
         for g in gs:  # a GPU keeps its layout while its vector is wanted, in GPU order
             v = int(group_of[cur_idx[g]])
