@@ -190,3 +190,33 @@ def test_the_cycles_forecast_learns_each_hour_at_its_peak_and_a_quiet_hour_at_th
     fc.observe(monday + timedelta(days=7, hours=11), {"queue:research": 16.0})
     assert fc.scores()["queue_gpus"] == {"scored_hours": 1, "profile_mae": 0.0, "last_hour_mae": 16.0}
     assert fc.wakes(monday + timedelta(hours=19, minutes=40)) == [1200.0, 300.0]  # the hour's end; one lead time before it
+
+
+def test_the_forecast_asks_the_simulator_for_two_cycles_an_hour_however_many_jobs_come_and_go(tmp_path: Path):
+    """Jobs at arbitrary instants (not on a microsecond): each cycle between two of the forecast's
+    instants asks for the next one a few tenths of a microsecond apart from the others. Those were
+    compared exactly, so every arrival and finish started a timer chain of its own that recurred
+    twice an hour until the replay ended (about 25,000 cycles for a 1,000-job replay that needs
+    ~3,000). One wake-up per instant: the cycles are the job events plus two an hour."""
+    rng = random.Random(3)
+    jobs = [{"id": f"j{i}", "queue": "research", "submit_s": rng.uniform(0, 86400), "tasks": 1, "gpus_per_task": 1,
+             "duration_s": rng.uniform(60, 7200)} for i in range(40)]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in jobs))
+    f = parse(CONFIG.replace("TIDAL", "tidal: [{name: prewarm, forecast: {history_days: 14, lead_s: 900}}]"))
+    cycles = []
+
+    class Counting(Simulator):
+        def _cycle(self, t: float) -> None:
+            cycles.append(t)
+            super()._cycle(t)
+
+    sim = Counting(f, read_jsonl(trace, f), SimOptions(seed=1))
+    res = sim.run()
+    assert all(r.finish_s is not None for r in res.jobs.values())
+    hours = math.ceil(res.end_s / 3600)
+    assert len(cycles) <= 2 * len(jobs) + 2 * hours + 10, (len(cycles), hours)
+    assert len(set(cycles)) == len(cycles)  # one cycle per instant
+    # and the forecast still learned every hour the replay ran through (it starts on a Monday at 00:00: hour of week = hour)
+    learned = sim.cycle.forecast.profile.slots["queue:research"]
+    assert all(learned[h] is not None for h in range(int(res.end_s // 3600))), learned
