@@ -84,6 +84,14 @@ def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) 
     def need(job: dict, tasks: int) -> Resources:
         return Resources(job["gpu_milli_per_task"] * tasks, job["cpu_milli_per_task"] * tasks, job["memory_mib_per_task"] * tasks)
 
+    wants: dict[str, Resources] = {}  # live job -> what it needs to start (its gang, or its min_tasks)
+    last_queues: list = [None, {}]  # (t, name -> queue): many events share an instant
+
+    def queues(t: float) -> dict[str, Queue]:
+        if last_queues[0] != t:
+            last_queues[0], last_queues[1] = t, {q.name: q for q in queues_at(t)}
+        return last_queues[1]
+
     def take(job: dict, placements: list[dict], sign: int) -> None:
         for p in placements:
             n = p["node"]
@@ -113,16 +121,19 @@ def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) 
     def guarantees(t: float) -> None:
         """Start or end each pending job's spell of fitting inside its queues' unused guarantee
         (looked at again only when what waits, what is used or a guarantee changed)."""
-        qs = {q.name: q for q in queues_at(t)}
+        qs = queues(t)
         now = {name: q.guarantee for name, q in qs.items()}
         if not moved[0] and now == moved[1]:
             return
         moved[0], moved[1] = False, now
         for leaf, ids in pending.items():
             frees = [(qs[a].guarantee - usage[a]).clip0() for a in path(leaf)]
+            verdicts: dict[Resources, bool] = {}  # a queue's waiting jobs ask for few distinct amounts
             for j in ids:
-                r = need(jobs[j], jobs[j]["min_tasks"] or jobs[j]["tasks"])
-                fits = any(r.fits_in(f) and (r.gpu_milli or r.cpu_milli or r.memory_mib) for f in frees)
+                r = wants[j]
+                fits = verdicts.get(r)
+                if fits is None:
+                    fits = verdicts[r] = any(r.fits_in(f) and (r.gpu_milli or r.cpu_milli or r.memory_mib) for f in frees)
                 if fits and j not in spell:
                     spell[j] = t
                 elif not fits and j in spell:
@@ -159,6 +170,7 @@ def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) 
             reslicing.discard(key)
         elif kind == "submit":
             jobs[e["job"]] = e
+            wants[e["job"]] = need(e, e["min_tasks"] or e["tasks"])
             pending[e["queue"]].add(e["job"])
         elif kind == "admit":
             job = jobs[e["job"]]
@@ -171,7 +183,7 @@ def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) 
             if e["job"] in spell:
                 end_spell(e["job"], t)
             r = need(job, len(placements))
-            qs = {q.name: q for q in queues_at(t)}
+            qs = queues(t)
             for a in path(job["queue"]):
                 usage[a] = usage[a] + r
                 if not usage[a].fits_in(qs[a].capability):
@@ -185,7 +197,7 @@ def _checking(fed: Federation, queues_at: Callable[[float], tuple[Queue, ...]]) 
             if kind == "requeue":
                 pending[job["queue"]].add(e["job"])
             else:
-                del jobs[e["job"]]  # done for good: a long run keeps only the live jobs
+                del jobs[e["job"]], wants[e["job"]]  # done for good: a long run keeps only the live jobs
     guarantees(last_t)
     for j in list(spell):
         end_spell(j, last_t)
