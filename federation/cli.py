@@ -547,9 +547,12 @@ def mig_plan(
     if as_json:
         print_json(result.to_dict())
         return
-    for i, lay in enumerate(result.layouts):
-        out().print(f"GPU {i}: " + (", ".join(f"{x['profile']}@{x['start']}" for x in lay) or "(no instances)"))
-    out().print(f"satisfied {result.satisfied}, unsatisfied {result.unsatisfied}, reconfigured {result.reconfigured_gpus} GPU(s)")
+    # a line per GPU, written plainly: through rich (a Console a line, then one rendered text)
+    # 100,000 GPUs took 60 s, then 13 s, to print
+    console = out()
+    console.file.write("".join(f"GPU {i}: " + (", ".join(f"{x['profile']}@{x['start']}" for x in lay) or "(no instances)") + "\n"
+                               for i, lay in enumerate(result.layouts)))
+    console.print(f"satisfied {result.satisfied}, unsatisfied {result.unsatisfied}, reconfigured {result.reconfigured_gpus} GPU(s)")
 
 
 def main() -> None:
