@@ -21,6 +21,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain
 
 from federation.live_state import LiveState
 from federation.mig.manager import CAPACITY_REASONS, MigManager
@@ -38,7 +39,7 @@ from federation.quota import PastUsage, QuotaTree
 from federation.reasons import Reason
 from federation.scheduler import CycleState, Snapshot, incremental_pending, node_capacity, schedule
 from policies import burst as burst_policy
-from policies.forecast import Forecaster, hour_of_week, job_demand
+from policies.forecast import Forecaster, hour_of_week, live_demand
 from policies.placement import MixTally, make_strategy
 from policies.tidal import effective_burst, effective_queues, upcoming_reserves
 from providers.errors import AUTH, CAPACITY, INVALID, QUOTA
@@ -339,10 +340,7 @@ class DecisionCycle:
         """Learn this cycle's demand; what the forecast wants ready one lead time from now (cloud
         GPUs, MIG instances); when it needs the next cycle."""
         fc, fed = self.forecast, self.fed
-        demand: dict[str, float] = {}
-        for spec, site in [*((r.spec, r.site) for r in obs.running), *((j, None) for j in obs.pending.values())]:
-            for key, amount in job_demand(spec, site, fc.mig_sites):
-                demand[key] = demand.get(key, 0.0) + amount
+        demand = live_demand(chain(((r.spec, r.site) for r in obs.running), ((j, None) for j in obs.pending.values())), fc.mig_sites)
         fc.observe(obs.local, demand)
         ahead = obs.local + timedelta(seconds=fc.lead_s)
         if self.bursting:

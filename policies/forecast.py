@@ -132,9 +132,33 @@ def job_demand(spec, site: str | None, mig_sites: Sequence[str]) -> list[tuple[s
     """What one live job (waiting or running) counts for in the demand: its queue's GPUs, as
     many as it asks for, and for a MIG job its instances at its site (at every MIG site while it
     has none there yet: any may serve it)."""
-    out = [(queue_key(spec.queue), spec.per_task.gpu * spec.tasks)]
-    if spec.mig_profile is not None:
-        out += [(mig_key(s, spec.mig_profile), float(spec.tasks)) for s in ([site] if site in mig_sites else mig_sites)]
+    return _demand(spec.queue, spec.per_task.gpu_milli * spec.tasks, spec.mig_profile, site, spec.tasks, mig_sites)
+
+
+def live_demand(jobs: Iterable[tuple], mig_sites: Sequence[str]) -> dict[str, float]:
+    """`job_demand` summed over (spec, site) pairs, by key. Jobs alike in queue, MIG profile and
+    site are counted together in integers first: a cycle sums every live job (50,000 waiting
+    took ~100 ms a cycle one by one), and integer sums are exact where floats drifted."""
+    groups: dict[tuple, list[int]] = {}
+    for spec, site in jobs:
+        profile = spec.mig_profile
+        k = (spec.queue, profile, site if profile is not None else None)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = [0, 0]
+        g[0] += spec.per_task.gpu_milli * spec.tasks
+        g[1] += spec.tasks
+    out: dict[str, float] = {}
+    for (queue, profile, site), (milli, tasks) in groups.items():
+        for key, amount in _demand(queue, milli, profile, site, tasks, mig_sites):
+            out[key] = out.get(key, 0.0) + amount
+    return out
+
+
+def _demand(queue: str, gpu_milli: int, profile: str | None, site: str | None, tasks: int, mig_sites: Sequence[str]) -> list[tuple[str, float]]:
+    out = [(queue_key(queue), gpu_milli / 1000)]
+    if profile is not None:
+        out += [(mig_key(s, profile), float(tasks)) for s in ([site] if site in mig_sites else mig_sites)]
     return out
 
 

@@ -220,3 +220,23 @@ def test_the_forecast_asks_the_simulator_for_two_cycles_an_hour_however_many_job
     # and the forecast still learned every hour the replay ran through (it starts on a Monday at 00:00: hour of week = hour)
     learned = sim.cycle.forecast.profile.slots["queue:research"]
     assert all(learned[h] is not None for h in range(int(res.end_s // 3600))), learned
+
+
+def test_the_cycles_demand_is_every_live_jobs_demand_summed_exactly():
+    """`live_demand` (what each cycle learns from) counts alike jobs together in integers: the same
+    keys as `job_demand` job by job, and 30 tenth-of-a-GPU jobs are 3 GPUs, not 3.0000000000000013."""
+    from federation.model import JobSpec, Resources
+    from policies.forecast import job_demand, live_demand
+
+    tenth = [(JobSpec(f"t{i}", "online", 1, Resources(100, 1000, 1024), 0.0), None) for i in range(30)]
+    mig = [(JobSpec(f"m{i}", "online", 2, Resources(0, 1000, 1024), 0.0, mig_profile="1g.10gb"), site) for i, site in enumerate((None, "a", "b", "c"))]
+    jobs = tenth + mig + [(JobSpec("w", "research", 4, Resources(8000, 8000, 8192), 0.0), "c")]
+    got = live_demand(iter(jobs), ("a", "b"))
+    one_by_one: dict[str, float] = {}
+    for spec, site in jobs:
+        for key, amount in job_demand(spec, site, ("a", "b")):
+            one_by_one[key] = one_by_one.get(key, 0.0) + amount
+    assert got.keys() == one_by_one.keys() and all(math.isclose(got[k], one_by_one[k]) for k in got)
+    assert got["queue:online"] == 3.0 and one_by_one["queue:online"] != 3.0  # the float sum drifts; the integer one does not
+    # a MIG job waiting (no site) or at a site without MIG counts at every MIG site; one at a MIG site there only
+    assert got == {"queue:online": 3.0, "a/1g.10gb": 6.0, "b/1g.10gb": 6.0, "queue:research": 32.0}
