@@ -166,12 +166,12 @@ class MigManager:
             # whole GPU someone else can use is worth keeping (and one 1g instance ends that)
             whole = {k for k, c in enumerate(current) if not c}
             first = plan(g.gpu_model, len(gpus), dict(demand), current, weights, frozenset(locked | whole))
-            kept_busy = [{(x["profile"], x["start"]) for x in c if x["busy"]} for c in current]
-            after = [[{**i, "busy": (i["profile"], i["start"]) in kept_busy[k]} for i in lay] for k, lay in enumerate(first.layouts)]
             res = first
             if first.unsatisfied:
                 # a whole GPU that must be sliced is sliced full of what is missing: the next
                 # arrivals land there instead of slicing one more whole GPU each
+                kept_busy = [{(x["profile"], x["start"]) for x in c if x["busy"]} for c in current]
+                after = [[{**i, "busy": (i["profile"], i["start"]) in kept_busy[k]} for i in lay] for k, lay in enumerate(first.layouts)]
                 full = {p: demand[p] - u + -(-u // profiles[p].max_count) * profiles[p].max_count for p, u in first.unsatisfied.items()}
                 res = plan(g.gpu_model, len(gpus), {**demand, **full}, after, weights, frozenset(locked))
                 got = {p: min(res.satisfied.get(p, 0), demand[p]) for p in demand}
